@@ -1,0 +1,1 @@
+"""Helpers shared by the daemons (mirrors Go nsq's internal/ packages)."""

@@ -1,0 +1,271 @@
+"""Go-style command lines and TOML config files resolved into one options object.
+
+Accepted spellings, as Go's ``flag`` package: ``-name value``, ``--name value``, ``-name=value``,
+``--name=value``; boolean flags take no separate value (``--snappy``, ``--snappy=false``); repeated
+flags append for list kinds. Precedence as ``mreiferson/go-options``: explicit flag > config file
+value (keyed by the flag's config name) > default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import lg
+from .durations import format_duration, parse_duration
+
+# Kinds of option value and how they are parsed.
+STR, INT, BOOL, DURATION, FLOAT = "str", "int", "bool", "duration", "float"
+STR_LIST, FLOAT_LIST = "str_list", "float_list"
+LOG_LEVEL, TLS_REQUIRED = "log_level", "tls_required"
+
+_BOOL_LIKE = {BOOL, TLS_REQUIRED}
+_LIST_KINDS = {STR_LIST, FLOAT_LIST}
+
+TLS_NOT_REQUIRED, TLS_REQUIRED_EXCEPT_HTTP, TLS_REQUIRED_ALL = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A bad command line or config value; the command prints it and exits 2 (as Go)."""
+
+
+def option(
+    flag: str,
+    default: Any,
+    kind: str,
+    help: str,
+    cfg: str | None = None,
+    hidden: bool = False,
+) -> Any:
+    """Declare a dataclass field that is also a command-line flag and a config-file key."""
+    meta: dict[str, Any] = {"flag": flag, "kind": kind, "help": help}
+    meta["cfg"] = cfg or flag.replace("-", "_")
+    meta["hidden"] = hidden
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    flag: str
+    attr: str
+    kind: str
+    help: str
+    cfg: str
+    default: Any
+
+
+def specs(options_cls: type) -> list[FlagSpec]:
+    out = []
+    for field in dataclasses.fields(options_cls):
+        if "flag" not in field.metadata:
+            continue
+        default = field.default
+        if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        meta = field.metadata
+        spec = FlagSpec(meta["flag"], field.name, meta["kind"], meta["help"], meta["cfg"], default)
+        out.append(spec)
+    return out
+
+
+# --------------------------------------------------------------------------- value parsing
+
+
+def parse_bool(text: str) -> bool:
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise ValueError("parse error")
+
+
+def parse_tls_required(text: str) -> int:
+    if text == "tcp-https":
+        return TLS_REQUIRED_EXCEPT_HTTP
+    return TLS_REQUIRED_ALL if parse_bool(text) else TLS_NOT_REQUIRED
+
+
+def _parse_float_list(text: str) -> list[float]:
+    return [float(part) for part in text.split(",")]
+
+
+def parse_value(kind: str, text: str) -> Any:
+    if kind == STR:
+        return text
+    if kind == INT:
+        return int(text, 0)
+    if kind == BOOL:
+        return parse_bool(text)
+    if kind == DURATION:
+        return parse_duration(text)
+    if kind == FLOAT:
+        return float(text)
+    if kind == STR_LIST:
+        return [text]
+    if kind == FLOAT_LIST:
+        return _parse_float_list(text)
+    if kind == LOG_LEVEL:
+        return lg.parse_level(text)
+    if kind == TLS_REQUIRED:
+        return parse_tls_required(text)
+    raise AssertionError(kind)
+
+
+def coerce_config_value(kind: str, value: Any) -> Any:
+    """Coerce a TOML value the way go-options does (integers are milliseconds for durations)."""
+    if kind == DURATION and isinstance(value, int) and not isinstance(value, bool):
+        return value / 1000.0
+    if kind in _LIST_KINDS:
+        items = value if isinstance(value, list) else str(value).split(",")
+        return [float(v) if kind == FLOAT_LIST else str(v) for v in items]
+    if kind == BOOL and isinstance(value, bool):
+        return value
+    if kind == TLS_REQUIRED and isinstance(value, bool):
+        return TLS_REQUIRED_ALL if value else TLS_NOT_REQUIRED
+    if kind in (INT, FLOAT) and isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value) if kind == INT else float(value)
+    return parse_value(kind, str(value))
+
+
+def render_value(kind: str, value: Any) -> Any:
+    """The JSON value Go's /config/:opt returns (durations in ns, log level as its number)."""
+    if kind == DURATION:
+        return round(value * 1e9)
+    if kind == TLS_REQUIRED:
+        return value
+    return value
+
+
+def describe_default(spec: FlagSpec) -> str:
+    if spec.kind == DURATION:
+        return format_duration(spec.default)
+    if spec.kind == LOG_LEVEL:
+        return lg.level_name(spec.default)
+    return str(spec.default)
+
+
+# --------------------------------------------------------------------------- argv parsing
+
+
+@dataclass
+class ParsedArgs:
+    values: dict[str, Any]
+    explicit: set[str]
+    positional: list[str]
+    show_version: bool = False
+    show_help: bool = False
+
+
+def parse_argv(flag_specs: Sequence[FlagSpec], argv: Sequence[str]) -> ParsedArgs:
+    by_flag = {s.flag: s for s in flag_specs}
+    parsed = ParsedArgs(values={}, explicit=set(), positional=[])
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg == "--":
+            parsed.positional.extend(argv[i:])
+            break
+        if not arg.startswith("-") or arg == "-":
+            parsed.positional.extend(argv[i - 1 :])
+            break
+        name = arg[2:] if arg.startswith("--") else arg[1:]
+        value: str | None = None
+        if "=" in name:
+            name, value = name.split("=", 1)
+        if name in ("h", "help"):
+            parsed.show_help = True
+            continue
+        if name == "version" and "version" not in by_flag:
+            parsed.show_version = value is None or parse_bool(value)
+            continue
+        spec = by_flag.get(name)
+        if spec is None:
+            raise UsageError(f"flag provided but not defined: -{name}")
+        if value is None:
+            if spec.kind in _BOOL_LIKE:
+                value = "true"
+            elif i < len(argv):
+                value = argv[i]
+                i += 1
+            else:
+                raise UsageError(f"flag needs an argument: -{name}")
+        try:
+            parsed_value = parse_value(spec.kind, value)
+        except ValueError:
+            raise UsageError(f'invalid value "{value}" for flag -{name}: parse error') from None
+        if spec.kind in _LIST_KINDS and spec.attr in parsed.values:
+            parsed.values[spec.attr] = parsed.values[spec.attr] + parsed_value
+        else:
+            parsed.values[spec.attr] = parsed_value
+        parsed.explicit.add(spec.attr)
+    return parsed
+
+
+def load_config(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise UsageError(f"failed to load config file {path} - {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"failed to load config file {path} - {exc}") from None
+
+
+def resolve(options_cls: type, argv: Sequence[str]) -> tuple[Any, ParsedArgs]:
+    """Build an options object from argv and the ``--config`` file it names."""
+    flag_specs = specs(options_cls)
+    parsed = parse_argv(flag_specs, argv)
+    values: dict[str, Any] = {}
+    config_path = parsed.values.get("config", "")
+    if config_path:
+        config = load_config(config_path)
+        for spec in flag_specs:
+            if spec.cfg in config and spec.attr not in parsed.explicit:
+                try:
+                    values[spec.attr] = coerce_config_value(spec.kind, config[spec.cfg])
+                except (ValueError, TypeError):
+                    raise UsageError(
+                        f"failed to parse config option {spec.cfg}={config[spec.cfg]!r}"
+                    ) from None
+    values.update(parsed.values)
+    return options_cls(**values), parsed
+
+
+def usage(program: str, options_cls: type) -> str:
+    lines = [f"Usage of {program}:"]
+    for spec in sorted(specs(options_cls), key=lambda s: s.flag):
+        kind = "" if spec.kind in _BOOL_LIKE else " value"
+        lines.append(f"  -{spec.flag}{kind}")
+        default = describe_default(spec)
+        suffix = f" (default {default})" if default not in ("", "[]", "False", "0") else ""
+        lines.append(f"    \t{spec.help}{suffix}")
+    return "\n".join(lines) + "\n"
+
+
+def run_command(
+    program: str,
+    options_cls: type,
+    argv: Sequence[str],
+    version_line: str,
+    start: Callable[[Any], int],
+) -> int:
+    """The shared ``main``: parse, handle --help/--version, then run ``start(options)``."""
+    try:
+        opts, parsed = resolve(options_cls, argv)
+    except UsageError as exc:
+        sys.stderr.write(f"{exc}\n{usage(program, options_cls)}")
+        return 2
+    if parsed.show_help:
+        sys.stderr.write(usage(program, options_cls))
+        return 0
+    if parsed.show_version or getattr(opts, "version", False):
+        print(version_line)
+        return 0
+    return start(opts)

@@ -1,0 +1,121 @@
+"""HTTP conventions shared by nsqd, nsqlookupd and nsqadmin (Go: internal/http_api).
+
+"V1" responses carry ``X-NSQ-Content-Type: nsq; version=1.0``; a string is sent raw, a structure
+as compact Go-style JSON, an error as ``{"message": "<TEXT>"}`` with its status code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+V1_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+JSON_CONTENT_TYPE = "application/json; charset=utf-8"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _go_floats(value: Any) -> Any:
+    """Go prints integral floats without ``.0``; convert them so json emits ``1`` not ``1.0``."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _go_floats(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_go_floats(v) for v in value]
+    return value
+
+
+def go_json(value: Any) -> bytes:
+    """Compact JSON escaped like Go's encoding/json (``<``, ``>``, ``&``, U+2028, U+2029)."""
+    text = json.dumps(_go_floats(value), separators=(",", ":"), ensure_ascii=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return text.encode()
+
+
+def v1_text(text: str | bytes, status: int = 200) -> web.Response:
+    body = text.encode() if isinstance(text, str) else text
+    return web.Response(
+        body=body, status=status, headers=V1_HEADERS, content_type="text/plain", charset="utf-8"
+    )
+
+
+def v1_empty() -> web.Response:
+    return web.Response(status=200, headers=V1_HEADERS)
+
+
+def v1_json(value: Any, status: int = 200) -> web.Response:
+    headers = {**V1_HEADERS, "Content-Type": JSON_CONTENT_TYPE}
+    return web.Response(body=go_json(value), status=status, headers=headers)
+
+
+def v1_error(status: int, message: str) -> web.Response:
+    return v1_json({"message": message}, status)
+
+
+def plain_text(text: str, status: int = 200) -> web.Response:
+    """A non-V1 plain response (``/ping``)."""
+    return web.Response(text=text, status=status, content_type="text/plain", charset="utf-8")
+
+
+class ApiError(Exception):
+    """Raised by handlers: becomes a V1 error response."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def parse_bool_param(value: str | None, default: bool) -> bool | None:
+    """``true``/``1``/``false``/``0``; anything else is None (the caller decides)."""
+    if value is None:
+        return default
+    if value in ("true", "1"):
+        return True
+    if value in ("false", "0"):
+        return False
+    return None
+
+
+@web.middleware
+async def v1_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Go's router behaviour: JSON 404/405, redirects for trailing slashes, 500 on a crash."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return v1_error(exc.status, exc.message)
+    except web.HTTPMethodNotAllowed:
+        return v1_error(405, "METHOD_NOT_ALLOWED")
+    except web.HTTPNotFound:
+        path = request.path
+        if path.endswith("/") and len(path) > 1:
+            target = path.rstrip("/")
+            if _route_exists(request.app, target):
+                raise _redirect(request, target) from None
+        return v1_error(404, "NOT_FOUND")
+    except web.HTTPException:
+        raise
+    except Exception:
+        request.app.get("logger", _NoLog()).error(f"HTTP: panic in {request.path}")
+        return v1_error(500, "INTERNAL_ERROR")
+
+
+def _route_exists(app: web.Application, path: str) -> bool:
+    return any(getattr(resource, "canonical", None) == path for resource in app.router.resources())
+
+
+def _redirect(request: web.Request, target: str) -> web.HTTPException:
+    location = target + (f"?{request.query_string}" if request.query_string else "")
+    if request.method == "GET":
+        return web.HTTPMovedPermanently(location)
+    return web.HTTPPermanentRedirect(location)
+
+
+class _NoLog:
+    def error(self, message: str) -> None:
+        pass

@@ -1,0 +1,278 @@
+"""nsqd options: the single source for flags, config-file keys, defaults and /config values."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import zlib
+from dataclasses import dataclass
+
+from ..internal import lg
+from ..internal.flags import (
+    BOOL,
+    DURATION,
+    FLOAT_LIST,
+    INT,
+    LOG_LEVEL,
+    STR,
+    STR_LIST,
+    TLS_NOT_REQUIRED,
+    TLS_REQUIRED,
+    option,
+)
+
+
+def default_node_id() -> int:
+    """Go: ``crc32_ieee(md5(hostname)) % 1024``."""
+    digest = hashlib.md5(socket.gethostname().encode()).digest()
+    return zlib.crc32(digest) % 1024
+
+
+DEFAULT_NODE_ID = default_node_id()
+HOSTNAME = socket.gethostname()
+
+
+@dataclass
+class Options:
+    version: bool = option("version", False, BOOL, "print version string")
+    config: str = option("config", "", STR, "path to config file")
+    log_level: int = option(
+        "log-level", lg.INFO, LOG_LEVEL, "set log verbosity: debug, info, warn, error, or fatal"
+    )
+    log_prefix: str = option("log-prefix", "[nsqd] ", STR, "log message prefix")
+    verbose: bool = option("verbose", False, BOOL, "[deprecated] has no effect, use --log-level")
+    node_id: int = option(
+        "node-id",
+        DEFAULT_NODE_ID,
+        INT,
+        "unique part for message IDs, (int) in range [0,1024)",
+        cfg="id",
+    )
+    worker_id: bool = option("worker-id", False, BOOL, "[deprecated] use --node-id")
+
+    https_address: str = option(
+        "https-address", "0.0.0.0:4152", STR, "<addr>:<port> to listen on for HTTPS clients"
+    )
+    http_address: str = option(
+        "http-address", "0.0.0.0:4151", STR, "<addr>:<port> to listen on for HTTP clients"
+    )
+    tcp_address: str = option(
+        "tcp-address", "0.0.0.0:4150", STR, "<addr>:<port> to listen on for TCP clients"
+    )
+    auth_http_addresses: list[str] = option(
+        "auth-http-address",
+        [],
+        STR_LIST,
+        "<addr>:<port> or a full url to query auth server (may be given multiple times)",
+        cfg="auth_http_addresses",
+    )
+    auth_http_request_method: str = option(
+        "auth-http-request-method", "get", STR, "HTTP method to use for auth server requests"
+    )
+    broadcast_address: str = option(
+        "broadcast-address",
+        HOSTNAME,
+        STR,
+        "address that will be registered with lookupd (defaults to the OS hostname)",
+    )
+    broadcast_tcp_port: int = option(
+        "broadcast-tcp-port",
+        0,
+        INT,
+        "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd "
+        "is listening on)",
+    )
+    broadcast_http_port: int = option(
+        "broadcast-http-port",
+        0,
+        INT,
+        "HTTP port that will be registered with lookupd (defaults to the HTTP port that this "
+        "nsqd is listening on)",
+    )
+    nsqlookupd_tcp_addresses: list[str] = option(
+        "lookupd-tcp-address",
+        [],
+        STR_LIST,
+        "lookupd TCP address (may be given multiple times)",
+        cfg="nsqlookupd_tcp_addresses",
+    )
+    http_client_connect_timeout: float = option(
+        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
+    )
+    http_client_request_timeout: float = option(
+        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
+    )
+
+    data_path: str = option("data-path", "", STR, "path to store disk-backed messages")
+    mem_queue_size: int = option(
+        "mem-queue-size",
+        10000,
+        INT,
+        "number of messages to keep in memory (per topic/channel)",
+    )
+    max_bytes_per_file: int = option(
+        "max-bytes-per-file", 104857600, INT, "number of bytes per diskqueue file before rolling"
+    )
+    sync_every: int = option("sync-every", 2500, INT, "number of messages per diskqueue fsync")
+    sync_timeout: float = option(
+        "sync-timeout", 2.0, DURATION, "duration of time per diskqueue fsync"
+    )
+    queue_scan_worker_pool_max: int = option(
+        "queue-scan-worker-pool-max",
+        4,
+        INT,
+        "max concurrency for checking in-flight and deferred message timeouts",
+    )
+    queue_scan_selection_count: int = option(
+        "queue-scan-selection-count",
+        20,
+        INT,
+        "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts",
+    )
+
+    msg_timeout: float = option(
+        "msg-timeout", 60.0, DURATION, "default duration to wait before auto-requeing a message"
+    )
+    max_msg_timeout: float = option(
+        "max-msg-timeout",
+        900.0,
+        DURATION,
+        "maximum duration before a message will timeout",
+    )
+    max_msg_size: int = option(
+        "max-msg-size", 1048576, INT, "maximum size of a single message in bytes"
+    )
+    max_req_timeout: float = option(
+        "max-req-timeout", 3600.0, DURATION, "maximum requeuing timeout for a message"
+    )
+    max_body_size: int = option(
+        "max-body-size", 5242880, INT, "maximum size of a single command body"
+    )
+
+    max_heartbeat_interval: float = option(
+        "max-heartbeat-interval",
+        60.0,
+        DURATION,
+        "maximum client configurable duration of time between client heartbeats",
+    )
+    max_rdy_count: int = option("max-rdy-count", 2500, INT, "maximum RDY count for a client")
+    max_output_buffer_size: int = option(
+        "max-output-buffer-size",
+        65536,
+        INT,
+        "maximum client configurable size (in bytes) for a client output buffer",
+    )
+    max_output_buffer_timeout: float = option(
+        "max-output-buffer-timeout",
+        30.0,
+        DURATION,
+        "maximum client configurable duration of time between flushing to a client",
+    )
+    min_output_buffer_timeout: float = option(
+        "min-output-buffer-timeout",
+        0.025,
+        DURATION,
+        "minimum client configurable duration of time between flushing to a client",
+    )
+    output_buffer_timeout: float = option(
+        "output-buffer-timeout",
+        0.25,
+        DURATION,
+        "default duration of time between flushing data to clients",
+    )
+    max_channel_consumers: int = option(
+        "max-channel-consumers",
+        0,
+        INT,
+        "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)",
+    )
+
+    statsd_address: str = option(
+        "statsd-address", "", STR, "UDP <addr>:<port> of a statsd daemon for pushing stats"
+    )
+    statsd_interval: float = option(
+        "statsd-interval", 60.0, DURATION, "duration between pushing to statsd"
+    )
+    statsd_mem_stats: bool = option(
+        "statsd-mem-stats", True, BOOL, "toggle sending memory and GC stats to statsd"
+    )
+    statsd_prefix: str = option(
+        "statsd-prefix",
+        "nsq.%s",
+        STR,
+        "prefix used for keys sent to statsd (%s for host replacement)",
+    )
+    statsd_udp_packet_size: int = option(
+        "statsd-udp-packet-size", 508, INT, "the size in bytes of statsd UDP packets"
+    )
+    statsd_exclude_ephemeral: bool = option(
+        "statsd-exclude-ephemeral",
+        False,
+        BOOL,
+        "Skip ephemeral topics and channels when sending stats to statsd",
+    )
+    e2e_processing_latency_percentiles: list[float] = option(
+        "e2e-processing-latency-percentile",
+        [],
+        FLOAT_LIST,
+        "message processing time percentiles (as float (0, 1.0]) to track (can be specified "
+        "multiple times or comma separated '1.0,0.99,0.95', default none)",
+        cfg="e2e_processing_latency_percentiles",
+    )
+    e2e_processing_latency_window_time: float = option(
+        "e2e-processing-latency-window-time",
+        600.0,
+        DURATION,
+        "calculate end to end latency quantiles for this duration of time",
+    )
+
+    tls_cert: str = option("tls-cert", "", STR, "path to certificate file")
+    tls_key: str = option("tls-key", "", STR, "path to key file")
+    tls_client_auth_policy: str = option(
+        "tls-client-auth-policy",
+        "",
+        STR,
+        "client certificate auth policy ('require' or 'require-verify')",
+    )
+    tls_root_ca_file: str = option(
+        "tls-root-ca-file", "", STR, "path to certificate authority file"
+    )
+    tls_required: int = option(
+        "tls-required",
+        TLS_NOT_REQUIRED,
+        TLS_REQUIRED,
+        "require TLS for client connections (true, false, tcp-https)",
+    )
+    tls_min_version: str = option(
+        "tls-min-version",
+        "tls1.0",
+        STR,
+        "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
+    )
+
+    deflate: bool = option("deflate", True, BOOL, "enable deflate feature negotiation")
+    max_deflate_level: int = option(
+        "max-deflate-level", 6, INT, "max deflate compression level a client can negotiate"
+    )
+    snappy: bool = option("snappy", True, BOOL, "enable snappy feature negotiation")
+
+    # Go has these as fixed internal options; we expose them (additively) so tests and embedders
+    # can shorten timers. They never change default behaviour.
+    client_timeout: float = option(
+        "client-timeout",
+        60.0,
+        DURATION,
+        "[nsqpy] idle timeout for clients; the default heartbeat interval is half of it",
+    )
+    queue_scan_interval: float = option(
+        "queue-scan-interval",
+        0.1,
+        DURATION,
+        "[nsqpy] how often in-flight and deferred messages are scanned for timeouts",
+    )
+    queue_scan_refresh_interval: float = option(
+        "queue-scan-refresh-interval",
+        5.0,
+        DURATION,
+        "[nsqpy] how often the list of channels to scan is refreshed",
+    )

@@ -1,0 +1,234 @@
+"""V2 commands: encoders for clients and an incremental parser for servers.
+
+A command is a line ``NAME param param...\\n``; IDENTIFY, AUTH, PUB, MPUB and DPUB are followed
+by ``BE32(size)`` and ``size`` bytes of body.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .errors import ProtocolError
+
+_BE32 = struct.Struct(">i")
+
+IDENTIFY = b"IDENTIFY"
+AUTH = b"AUTH"
+SUB = b"SUB"
+PUB = b"PUB"
+MPUB = b"MPUB"
+DPUB = b"DPUB"
+RDY = b"RDY"
+FIN = b"FIN"
+REQ = b"REQ"
+TOUCH = b"TOUCH"
+CLS = b"CLS"
+NOP = b"NOP"
+
+#: Go reads command lines through a 16 KiB bufio.Reader; a longer line closes the connection.
+MAX_LINE_LENGTH = 16 * 1024
+
+
+# --------------------------------------------------------------------------- client encoders
+
+
+def _sized(data: bytes) -> bytes:
+    return _BE32.pack(len(data)) + data
+
+
+def identify(settings: Mapping[str, Any]) -> bytes:
+    return b"IDENTIFY\n" + _sized(json.dumps(settings, separators=(",", ":")).encode())
+
+
+def auth(secret: bytes | str) -> bytes:
+    return b"AUTH\n" + _sized(secret.encode() if isinstance(secret, str) else secret)
+
+
+def sub(topic: str, channel: str) -> bytes:
+    return f"SUB {topic} {channel}\n".encode()
+
+
+def pub(topic: str, body: bytes) -> bytes:
+    return f"PUB {topic}\n".encode() + _sized(body)
+
+
+def dpub(topic: str, defer_ms: int, body: bytes) -> bytes:
+    return f"DPUB {topic} {defer_ms}\n".encode() + _sized(body)
+
+
+def mpub_body(bodies: Iterable[bytes]) -> bytes:
+    """``BE32(count) {BE32(size) bytes}*``: MPUB's body without its outer size."""
+    items = list(bodies)
+    parts = [_BE32.pack(len(items))]
+    for body in items:
+        parts.append(_BE32.pack(len(body)))
+        parts.append(body)
+    return b"".join(parts)
+
+
+def mpub(topic: str, bodies: Iterable[bytes]) -> bytes:
+    return f"MPUB {topic}\n".encode() + _sized(mpub_body(bodies))
+
+
+def rdy(count: int) -> bytes:
+    return b"RDY %d\n" % count
+
+
+def fin(msg_id: bytes) -> bytes:
+    return b"FIN " + msg_id + b"\n"
+
+
+def req(msg_id: bytes, timeout_ms: int) -> bytes:
+    return b"REQ " + msg_id + b" %d\n" % timeout_ms
+
+
+def touch(msg_id: bytes) -> bytes:
+    return b"TOUCH " + msg_id + b"\n"
+
+
+def cls() -> bytes:
+    return b"CLS\n"
+
+
+def nop() -> bytes:
+    return b"NOP\n"
+
+
+# --------------------------------------------------------------------------- server parser
+
+
+class Command:
+    """One parsed command. ``body`` is None for commands without one.
+
+    When the announced body size is out of bounds the body is never read: ``body`` is None and
+    ``bad_body_size`` holds the announced size, so the handler can report it in Go's order
+    (parameter checks first, then the size).
+    """
+
+    __slots__ = ("bad_body_size", "body", "name", "params")
+
+    def __init__(
+        self,
+        name: bytes,
+        params: list[bytes],
+        body: bytes | None = None,
+        bad_body_size: int | None = None,
+    ) -> None:
+        self.name = name
+        self.params = params
+        self.body = body
+        self.bad_body_size = bad_body_size
+
+    def __repr__(self) -> str:
+        body = None if self.body is None else len(self.body)
+        return f"Command({self.name!r}, {self.params!r}, body={body}, bad={self.bad_body_size})"
+
+
+class LineTooLong(Exception):
+    """The peer sent a command line longer than Go's read buffer; Go just closes."""
+
+
+class CommandParser:
+    """Turns a byte stream into :class:`Command` objects.
+
+    ``max_msg_size`` bounds PUB and DPUB bodies, ``max_body_size`` the others. After a command
+    with ``bad_body_size`` the stream cannot be resynchronised; callers close the connection.
+    """
+
+    __slots__ = ("_buf", "_limits", "_pending")
+
+    def __init__(self, max_msg_size: int, max_body_size: int) -> None:
+        self._buf = bytearray()
+        self._pending: tuple[bytes, list[bytes]] | None = None
+        self._limits = {
+            PUB: max_msg_size,
+            DPUB: max_msg_size,
+            MPUB: max_body_size,
+            IDENTIFY: max_body_size,
+            AUTH: max_body_size,
+        }
+
+    def set_limits(self, max_msg_size: int, max_body_size: int) -> None:
+        self._limits.update({PUB: max_msg_size, DPUB: max_msg_size})
+        self._limits.update({MPUB: max_body_size, IDENTIFY: max_body_size, AUTH: max_body_size})
+
+    def feed(self, data: bytes) -> list[Command]:
+        buf = self._buf
+        buf += data
+        commands: list[Command] = []
+        pos = 0
+        end = len(buf)
+        limits = self._limits
+        while True:
+            if self._pending is not None:
+                name, params = self._pending
+                if end - pos < 4:
+                    break
+                (size,) = _BE32.unpack_from(buf, pos)
+                if size <= 0 or size > limits[name]:
+                    self._pending = None
+                    commands.append(Command(name, params, None, size))
+                    pos = end  # unrecoverable: the caller closes the connection
+                    break
+                if end - pos - 4 < size:
+                    break
+                body = bytes(buf[pos + 4 : pos + 4 + size])
+                pos += 4 + size
+                self._pending = None
+                commands.append(Command(name, params, body))
+                continue
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                if end - pos > MAX_LINE_LENGTH:
+                    raise LineTooLong
+                break
+            line_end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl  # strip a trailing \r
+            parts = bytes(buf[pos:line_end]).split(b" ")
+            pos = nl + 1
+            name = parts[0]
+            if name in limits:
+                self._pending = (name, parts[1:])
+            else:
+                commands.append(Command(name, parts[1:]))
+        if pos:
+            del buf[:pos]
+        return commands
+
+
+def parse_mpub_body(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    """Split an MPUB body into message bodies, raising Go's exact errors."""
+    length = len(body)
+    if length < 4:
+        raise ProtocolError("E_BAD_BODY", "MPUB failed to read message count")
+    (count,) = _BE32.unpack_from(body, 0)
+    max_messages = (max_body_size - 4) // 5
+    if count <= 0 or count > max_messages:
+        raise ProtocolError("E_BAD_BODY", f"MPUB invalid message count {count}")
+    messages: list[bytes] = []
+    pos = 4
+    unpack = _BE32.unpack_from
+    for i in range(count):
+        if length - pos < 4:
+            raise ProtocolError("E_BAD_MESSAGE", f"MPUB failed to read message({i}) body size")
+        (size,) = unpack(body, pos)
+        if size <= 0:
+            raise ProtocolError("E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {size}")
+        if size > max_msg_size:
+            raise ProtocolError("E_BAD_MESSAGE", f"MPUB message too big {size} > {max_msg_size}")
+        pos += 4
+        if length - pos < size:
+            raise ProtocolError("E_BAD_MESSAGE", "MPUB failed to read message body")
+        messages.append(body[pos : pos + size])
+        pos += size
+    return messages
+
+
+def parse_base10(raw: bytes) -> int | None:
+    """Go's ByteToBase10: ASCII digits only (empty is 0); anything else is None."""
+    if raw and not raw.isdigit():
+        return None
+    # isdigit() accepts only ASCII digits for bytes
+    return int(raw) if raw else 0

@@ -1,0 +1,162 @@
+"""A daemon child process whose listening addresses are learnt from its log."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+_LISTENING = re.compile(r"INFO: (TCP|HTTP|HTTPS): listening on (\S+)")
+
+
+def _split_host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class DaemonProcess:
+    """One running daemon. ``addresses`` maps ``"TCP"``/``"HTTP"``/``"HTTPS"`` to (host, port)."""
+
+    def __init__(self, module: str, args: Sequence[str], expect: Sequence[str]) -> None:
+        self.module = module
+        self.args = list(args)
+        self.expect = list(expect)
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.log_lines: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 15.0) -> DaemonProcess:
+        self.addresses = {}
+        self._ready.clear()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module, *self.args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        threading.Thread(target=self._pump_log, args=(self.proc,), daemon=True).start()
+        if not self._ready.wait(timeout):
+            self.kill()
+            raise RuntimeError(f"{self.module} did not start in {timeout}s:\n{self.log}")
+        if self.proc.poll() is not None and len(self.addresses) < len(self.expect):
+            raise RuntimeError(f"{self.module} exited with {self.proc.returncode}:\n{self.log}")
+        return self
+
+    def _pump_log(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            with self._lock:
+                self.log_lines.append(line.rstrip("\n"))
+            match = _LISTENING.search(line)
+            if match:
+                self.addresses[match.group(1)] = _split_host_port(match.group(2))
+                if all(kind in self.addresses for kind in self.expect):
+                    self._ready.set()
+        self._ready.set()  # exited: stop waiting
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM (a clean shutdown) and wait; SIGKILL if it does not exit in time."""
+        return self._signal_and_wait(signal.SIGTERM, timeout)
+
+    def kill(self) -> int | None:
+        return self._signal_and_wait(signal.SIGKILL, 10.0)
+
+    def _signal_and_wait(self, sig: int, timeout: float) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout)
+        return proc.returncode
+
+    def restart(self, timeout: float = 15.0) -> DaemonProcess:
+        self.stop()
+        return self.start(timeout)
+
+    def __enter__(self) -> DaemonProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ addresses
+
+    @property
+    def log(self) -> str:
+        with self._lock:
+            return "\n".join(self.log_lines)
+
+    @property
+    def tcp_address(self) -> tuple[str, int]:
+        return self.addresses["TCP"]
+
+    @property
+    def http_address(self) -> tuple[str, int]:
+        return self.addresses["HTTP"]
+
+    @property
+    def tcp_port(self) -> int:
+        return self.tcp_address[1]
+
+    @property
+    def http_port(self) -> int:
+        return self.http_address[1]
+
+    @property
+    def http_url(self) -> str:
+        host, port = self.http_address
+        return f"http://{host}:{port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+
+def start_nsqd(
+    data_path: str | Path, *args: str, timeout: float = 15.0, https: bool = False
+) -> DaemonProcess:
+    """Start ``nsqd`` on free loopback ports with ``data_path``; extra Go-style flags in args.
+
+    With ``https`` it also waits for the HTTPS listener (pass ``--https-address`` and TLS flags).
+    """
+    base = [
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        f"--data-path={data_path}",
+        "--broadcast-address=127.0.0.1",
+    ]
+    expect = ["TCP", "HTTP", "HTTPS"] if https else ["TCP", "HTTP"]
+    return DaemonProcess("nsqpy.nsqd", [*base, *args], expect).start(timeout)
+
+
+def start_nsqlookupd(*args: str, timeout: float = 15.0) -> DaemonProcess:
+    base = [
+        "--tcp-address=127.0.0.1:0",
+        "--http-address=127.0.0.1:0",
+        "--broadcast-address=127.0.0.1",
+    ]
+    return DaemonProcess("nsqpy.nsqlookupd", [*base, *args], ["TCP", "HTTP"]).start(timeout)

@@ -155,6 +155,11 @@ class CommandParser:
         self._limits.update({PUB: max_msg_size, DPUB: max_msg_size})
         self._limits.update({MPUB: max_body_size, IDENTIFY: max_body_size, AUTH: max_body_size})
 
+    @property
+    def pending(self) -> tuple[bytes, list[bytes]] | None:
+        """The line of a body command whose body has not fully arrived yet."""
+        return self._pending
+
     def feed(self, data: bytes) -> list[Command]:
         buf = self._buf
         buf += data

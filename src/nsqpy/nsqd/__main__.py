@@ -1,0 +1,60 @@
+"""The ``nsqd`` command: Go-compatible flags and config file, then run until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import signal
+import sys
+from collections.abc import Sequence
+
+from .. import NSQ_VERSION
+from ..internal.flags import run_command
+from .nsqd import NSQD, NSQDError
+from .options import Options
+
+
+def version_line(program: str) -> str:
+    return f"{program} v{NSQ_VERSION} (built w/python{platform.python_version()})"
+
+
+def install_event_loop_policy() -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional (e.g. Windows): the stdlib loop works too
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def serve(opts: Options) -> int:
+    nsqd = NSQD(opts)
+    try:
+        await nsqd.start()
+    except NSQDError as exc:
+        nsqd.logger.fatal(str(exc))
+        return 1
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await nsqd.stop()
+    return 0
+
+
+def start(opts: Options) -> int:
+    install_event_loop_policy()
+    try:
+        return asyncio.run(serve(opts))
+    except NSQDError as exc:
+        sys.stderr.write(f"[nsqd] FATAL: {exc}\n")
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    return run_command("nsqd", Options, args, version_line("nsqd"), start)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

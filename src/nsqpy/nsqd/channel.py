@@ -1,0 +1,306 @@
+"""A channel: its queue of messages, its consumers, in-flight and deferred messages.
+
+Go runs one goroutine pump per consumer competing for the channel's queue. Here the channel
+hands a message straight to a ready consumer when it arrives, and pulls from its queue for a
+consumer when that consumer becomes ready (RDY raised, a message finished, unpause). No
+per-message timers: deadlines sit in heaps scanned by the nsqd queue-scan loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..protocol.names import is_ephemeral
+from .backend import Backend
+from .message import Message, message_from_bytes
+
+if TYPE_CHECKING:
+    from .client_v2 import ClientV2
+    from .nsqd import NSQD
+    from .topic import Topic
+
+
+class ChannelError(Exception):
+    pass
+
+
+class Channel:
+    __slots__ = (
+        "_client_list",
+        "_deferred_pq",
+        "_in_flight_pq",
+        "_rr",
+        "backend",
+        "clients",
+        "deferred",
+        "e2e",
+        "ephemeral",
+        "exiting",
+        "in_flight",
+        "mem_capacity",
+        "memory_queue",
+        "message_count",
+        "name",
+        "nsqd",
+        "paused",
+        "requeue_count",
+        "timeout_count",
+        "topic",
+    )
+
+    def __init__(self, topic: Topic, name: str, nsqd: NSQD, backend: Backend) -> None:
+        self.topic = topic
+        self.name = name
+        self.nsqd = nsqd
+        self.ephemeral = is_ephemeral(name)
+        self.mem_capacity = nsqd.options.mem_queue_size
+        self.memory_queue: deque[Message] = deque()
+        self.backend = backend
+        self.clients: dict[int, ClientV2] = {}
+        self._client_list: list[ClientV2] = []
+        self._rr = 0
+        self.in_flight: dict[bytes, Message] = {}
+        self._in_flight_pq: list[tuple[float, bytes, Message]] = []
+        self.deferred: dict[bytes, Message] = {}
+        self._deferred_pq: list[tuple[float, bytes, Message]] = []
+        self.paused = False
+        self.exiting = False
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self.e2e = nsqd.new_e2e_stream()
+
+    # ------------------------------------------------------------------ consumers
+
+    def add_client(self, client: ClientV2) -> None:
+        if self.exiting:
+            raise ChannelError("exiting")
+        if client.id in self.clients:
+            return
+        limit = self.nsqd.options.max_channel_consumers
+        if limit and len(self.clients) >= limit:
+            raise ChannelError(
+                f"consumers for {self.topic.name}:{self.name} exceeds limit of {limit}"
+            )
+        self.clients[client.id] = client
+        self._client_list = list(self.clients.values())
+
+    def remove_client(self, client: ClientV2) -> None:
+        if self.exiting or self.clients.pop(client.id, None) is None:
+            return
+        self._client_list = list(self.clients.values())
+        if not self.clients and self.ephemeral:
+            self.nsqd.loop.call_soon(self.topic.delete_channel_if_unused, self)
+
+    def _ready_client(self) -> ClientV2 | None:
+        """The next ready consumer, round-robin, or None."""
+        clients = self._client_list
+        count = len(clients)
+        if not count or self.paused:
+            return None
+        start = self._rr
+        for offset in range(count):
+            client = clients[(start + offset) % count]
+            if client.ready_count > client.in_flight_count and client.ready_count > 0:
+                self._rr = (start + offset + 1) % count
+                return client
+        return None
+
+    def pump(self, client: ClientV2) -> None:
+        """Deliver queued messages to ``client`` while it is ready."""
+        if self.paused or self.exiting:
+            return
+        memory_queue = self.memory_queue
+        backend = self.backend
+        while client.ready_count > client.in_flight_count and client.ready_count > 0:
+            if memory_queue:
+                client.send_message(self, memory_queue.popleft())
+                continue
+            data = backend.get()
+            if data is None:
+                break
+            decoded = self._decode(data)
+            if decoded is not None:
+                client.send_message(self, decoded)
+        client.after_deliveries()
+
+    def pump_all(self) -> None:
+        for client in self._client_list:
+            self.pump(client)
+
+    def _decode(self, data: bytes) -> Message | None:
+        try:
+            return message_from_bytes(data)
+        except ValueError as exc:
+            self.nsqd.logger.error(f"failed to decode message - {exc}")
+            return None
+
+    # ------------------------------------------------------------------ putting messages
+
+    def put_message(self, msg: Message) -> None:
+        """A message from the topic (counted in ``message_count``)."""
+        self.message_count += 1
+        self.put(msg)
+
+    def put_message_deferred(self, msg: Message, delay: float) -> None:
+        self.message_count += 1
+        self.start_deferred_timeout(msg, delay)
+
+    def put(self, msg: Message) -> None:
+        """Hand ``msg`` to a ready consumer, else queue it in memory, else in the backend."""
+        client = self._ready_client()
+        if client is not None:
+            if self.memory_queue:  # keep FIFO order with what is already queued
+                self.memory_queue.append(msg)
+                self.pump(client)
+            else:
+                client.send_message(self, msg)
+                client.after_deliveries()
+            return
+        if len(self.memory_queue) < self.mem_capacity:
+            self.memory_queue.append(msg)
+            return
+        self.nsqd.write_to_backend(self.backend, msg, f"CHANNEL({self.name})")
+
+    # ------------------------------------------------------------------ in flight
+
+    def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> None:
+        msg.client = client
+        msg.delivery_ts = now
+        msg.pri = now + client.msg_timeout
+        self.in_flight[msg.id] = msg
+        heapq.heappush(self._in_flight_pq, (msg.pri, msg.id, msg))
+
+    def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
+        msg = self.in_flight.get(msg_id)
+        if msg is None:
+            raise ChannelError("ID not in flight")
+        if msg.client is not client:
+            raise ChannelError("client does not own message")
+        del self.in_flight[msg_id]
+        self._compact_in_flight()
+        return msg
+
+    def _compact_in_flight(self) -> None:
+        # Finished messages leave stale heap entries; rebuild before they dominate the heap.
+        pq = self._in_flight_pq
+        if len(pq) > 2 * len(self.in_flight) + 256:
+            live = [(m.pri, m.id, m) for m in self.in_flight.values()]
+            heapq.heapify(live)
+            self._in_flight_pq = live
+
+    def finish_message(self, client: ClientV2, msg_id: bytes) -> None:
+        msg = self._pop_in_flight(client, msg_id)
+        msg.client = None
+        if self.e2e is not None:
+            self.e2e.insert(self.nsqd.wall_ns() - msg.timestamp)
+
+    def requeue_message(self, client: ClientV2, msg_id: bytes, delay: float) -> None:
+        msg = self._pop_in_flight(client, msg_id)
+        msg.client = None
+        self.requeue_count += 1
+        if delay == 0:
+            if self.exiting:
+                raise ChannelError("exiting")
+            self.put(msg)
+            return
+        self.start_deferred_timeout(msg, delay)
+
+    def touch_message(self, client: ClientV2, msg_id: bytes, now: float) -> None:
+        msg = self._pop_in_flight(client, msg_id)
+        max_timeout = self.nsqd.options.max_msg_timeout
+        deadline = now + client.msg_timeout
+        if deadline - msg.delivery_ts >= max_timeout:
+            deadline = msg.delivery_ts + max_timeout
+        msg.pri = deadline
+        self.in_flight[msg_id] = msg
+        heapq.heappush(self._in_flight_pq, (deadline, msg_id, msg))
+
+    def process_in_flight_queue(self, now: float) -> bool:
+        """Requeue timed-out messages; True if any timed out (the channel was dirty)."""
+        pq = self._in_flight_pq
+        dirty = False
+        while pq and pq[0][0] <= now:
+            pri, msg_id, msg = heapq.heappop(pq)
+            if self.in_flight.get(msg_id) is not msg or msg.pri != pri:
+                continue  # finished, requeued or touched since
+            dirty = True
+            del self.in_flight[msg_id]
+            self.timeout_count += 1
+            owner = msg.client
+            msg.client = None
+            if owner is not None:
+                owner.timed_out_message()
+            self.put(msg)
+        return dirty
+
+    # ------------------------------------------------------------------ deferred
+
+    def start_deferred_timeout(self, msg: Message, delay: float) -> None:
+        if msg.id in self.deferred:
+            raise ChannelError("ID already deferred")
+        msg.pri = self.nsqd.now() + delay
+        self.deferred[msg.id] = msg
+        heapq.heappush(self._deferred_pq, (msg.pri, msg.id, msg))
+
+    def process_deferred_queue(self, now: float) -> bool:
+        pq = self._deferred_pq
+        dirty = False
+        while pq and pq[0][0] <= now:
+            _, msg_id, msg = heapq.heappop(pq)
+            if self.deferred.pop(msg_id, None) is not msg:
+                continue
+            dirty = True
+            self.put(msg)
+        return dirty
+
+    # ------------------------------------------------------------------ state
+
+    def depth(self) -> int:
+        return len(self.memory_queue) + self.backend.depth()
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def unpause(self) -> None:
+        self.paused = False
+        self.pump_all()
+
+    def empty(self) -> None:
+        """Discard queued, in-flight and deferred messages (HTTP /channel/empty)."""
+        self.in_flight.clear()
+        self._in_flight_pq = []
+        self.deferred.clear()
+        self._deferred_pq = []
+        for client in self._client_list:
+            client.empty_in_flight()
+        self.memory_queue.clear()
+        self.backend.empty()
+
+    def close_clients(self) -> None:
+        for client in list(self._client_list):
+            client.close()
+
+    def delete(self) -> None:
+        """Stop serving: close consumers, discard everything, remove backing files."""
+        self.exiting = True
+        self.close_clients()
+        self.empty()
+        self.backend.delete()
+
+    def close(self) -> None:
+        """Clean shutdown: keep queued, in-flight and deferred messages in the backend."""
+        self.exiting = True
+        self.close_clients()
+        self.nsqd.flush_channel_to_backend(self)
+        self.backend.close()
+
+    def messages_to_persist(self) -> list[Message]:
+        """Memory, in-flight and deferred messages, in Go's shutdown order (§6.3)."""
+        msgs = list(self.memory_queue)
+        msgs.extend(self.in_flight.values())
+        msgs.extend(self.deferred.values())
+        self.memory_queue.clear()
+        return msgs

@@ -1,0 +1,334 @@
+"""One TCP client connection: the asyncio protocol, its V2 state, output buffering, heartbeats.
+
+Delivery writes message frames into an output buffer that is flushed, as Go's message pump
+does: when the client stops being ready, when the buffer is full, on the output-buffer timer,
+and together with any response or error frame. Everything a single ``data_received`` produces
+for this client leaves in one ``transport.write``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import TYPE_CHECKING, cast
+
+from ..protocol import (
+    FRAME_HEARTBEAT,
+    MAGIC_V2,
+    CommandParser,
+    LineTooLong,
+    ProtocolError,
+    encode_error,
+    encode_response,
+)
+from ..protocol.commands import Command
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .message import Message
+    from .nsqd import NSQD
+
+STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING = range(5)
+DEFAULT_BUFFER_SIZE = 16 * 1024
+_BAD_PROTOCOL = encode_error(b"E_BAD_PROTOCOL")
+
+
+class ClientV2(asyncio.Protocol):
+    def __init__(self, nsqd: NSQD, client_id: int) -> None:
+        opts = nsqd.options
+        self.nsqd = nsqd
+        self.id = client_id
+        self.loop = nsqd.loop
+        self.transport: asyncio.Transport | None = None
+        self.remote_address = ""
+        self.client_id = ""
+        self.hostname = ""
+        self.user_agent = ""
+        self.state = STATE_INIT
+        self.channel: Channel | None = None
+        self.ready_count = 0
+        self.in_flight_count = 0
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.pub_counts: dict[str, int] = {}
+        self.connect_ts = int(time.time())
+        self.sample_rate = 0
+        self.msg_timeout = opts.msg_timeout
+        self.heartbeat_interval = opts.client_timeout / 2
+        self.output_buffer_size = DEFAULT_BUFFER_SIZE
+        self.output_buffer_timeout = opts.output_buffer_timeout
+        self.tls = False
+        self.snappy = False
+        self.deflate = False
+        self.auth_state: object | None = None
+        self._parser = CommandParser(opts.max_msg_size, opts.max_body_size)
+        self._magic = b""
+        self._out: list[bytes] = []
+        self._out_len = 0
+        self._in_batch = False
+        self._must_flush = False
+        self._flush_pending = False
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._last_read = 0.0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return self.remote_address
+
+    # ------------------------------------------------------------------ asyncio protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            host = peer[0]
+            self.remote_address = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+            self.client_id = self.hostname = host
+        else:  # unix socket
+            self.remote_address = "@"
+        self._last_read = self.nsqd.now()
+        self.nsqd.logger.info(f"TCP: new client({self.remote_address})")
+        self._schedule_heartbeat()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.state = STATE_CLOSING
+        for handle in (self._heartbeat_timer, self._flush_timer):
+            if handle is not None:
+                handle.cancel()
+        self._out.clear()
+        self.nsqd.logger.info(f"PROTOCOL(V2): [{self.remote_address}] exiting ioloop")
+        if self.channel is not None:
+            self.channel.remove_client(self)
+        self.nsqd.remove_client(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self._last_read = self.nsqd.now()
+        if len(self._magic) < 4:
+            need = 4 - len(self._magic)
+            self._magic += data[:need]
+            data = data[need:]
+            if len(self._magic) < 4:
+                return
+            if self._magic != MAGIC_V2:
+                self.nsqd.logger.error(
+                    f"client({self.remote_address}) bad protocol magic '{self._magic!r}'"
+                )
+                self._write(_BAD_PROTOCOL)
+                self.close()
+                return
+            self.nsqd.logger.info(f"CLIENT({self.remote_address}): desired protocol magic '  V2'")
+            if not data:
+                return
+        try:
+            commands = self._parser.feed(data)
+        except LineTooLong:
+            self.nsqd.logger.error(f"[{self.remote_address}] - failed to read command - too long")
+            self.close()
+            return
+        self._in_batch = True
+        try:
+            self._exec_all(commands)
+        finally:
+            self._in_batch = False
+        if self._must_flush and not self._closed:
+            self.flush()
+        if not self._closed and self._parser.pending is not None:
+            self._check_pending_header()
+
+    def _exec_all(self, commands: list[Command]) -> None:
+        handlers = self.nsqd.protocol.handlers
+        for command in commands:
+            try:
+                handler = handlers.get(command.name)
+                if handler is None:
+                    self.nsqd.protocol.check_tls(self, command.name)
+                    raise ProtocolError(
+                        "E_INVALID", f"invalid command {command.name.decode(errors='replace')}"
+                    )
+                response = handler(self, command)
+                if response is not None:
+                    self.send_response(response)
+            except ProtocolError as err:
+                self.send_error(err)
+                if err.fatal:
+                    return
+
+    def _check_pending_header(self) -> None:
+        """Report errors Go raises before it reads a body, without waiting for the body."""
+        pending = self._parser.pending
+        assert pending is not None
+        err = self.nsqd.protocol.check_before_body(self, pending[0], pending[1])
+        if err is not None:
+            self.send_error(err)
+
+    def pause_writing(self) -> None:
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ output
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.write(data)
+
+    def flush(self) -> None:
+        self._must_flush = False
+        if self._out:
+            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+            self._out.clear()
+            self._out_len = 0
+            self._write(data)
+
+    def send_response(self, data: bytes) -> None:
+        self._send_frame(encode_response(data))
+
+    def send_error(self, err: ProtocolError) -> None:
+        self.nsqd.logger.error(f"[{self.remote_address}] - {err}")
+        self._send_frame(encode_error(err.to_bytes()))
+        if err.fatal:
+            self.flush()
+            self.close()
+
+    def _send_frame(self, frame: bytes) -> None:
+        """Responses and errors are flushed at once, with any buffered messages before them."""
+        self._out.append(frame)
+        self._out_len += len(frame)
+        if self._in_batch:
+            self._must_flush = True
+        else:
+            self.flush()
+
+    def send_message(self, channel: Channel, msg: Message) -> None:
+        if self.sample_rate and random.randrange(100) > self.sample_rate:
+            return  # sampled out: consumed and dropped, as Go does
+        msg.attempts += 1
+        channel.start_in_flight(msg, self, self.nsqd.now())
+        self.in_flight_count += 1
+        self.message_count += 1
+        frame = msg.frame()
+        self._out.append(frame)
+        self._out_len += len(frame)
+
+    def after_deliveries(self) -> None:
+        """Flush policy after messages were buffered (Go's messagePump)."""
+        if not self._out or self._flush_pending:
+            return
+        if (
+            self._out_len >= self.output_buffer_size
+            or self.in_flight_count >= self.ready_count
+            or (self.channel is not None and self.channel.paused)
+        ):
+            self._flush_pending = True
+            self.loop.call_soon(self._flush_soon)
+        elif self._flush_timer is None and self.output_buffer_timeout > 0:
+            self._flush_timer = self.loop.call_later(self.output_buffer_timeout, self._on_timer)
+
+    def _flush_soon(self) -> None:
+        self._flush_pending = False
+        if not self._in_batch:
+            self.flush()
+
+    def _on_timer(self) -> None:
+        self._flush_timer = None
+        if not self._in_batch:
+            self.flush()
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def _schedule_heartbeat(self) -> None:
+        if self._heartbeat_timer is not None:
+            self._heartbeat_timer.cancel()
+            self._heartbeat_timer = None
+        if self.heartbeat_interval > 0 and not self._closed:
+            self._heartbeat_timer = self.loop.call_later(
+                self.heartbeat_interval, self._on_heartbeat
+            )
+
+    def _on_heartbeat(self) -> None:
+        self._heartbeat_timer = None
+        if self._closed:
+            return
+        idle = self.nsqd.now() - self._last_read
+        if idle >= 2 * self.heartbeat_interval:  # Go's read deadline: two missed heartbeats
+            self.nsqd.logger.error(
+                f"[{self.remote_address}] - failed to read command - i/o timeout"
+            )
+            self.close()
+            return
+        self._out.append(FRAME_HEARTBEAT)
+        self.flush()
+        self._schedule_heartbeat()
+
+    def identified(self) -> None:
+        """Restart timers with the settings IDENTIFY negotiated."""
+        self._schedule_heartbeat()
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+
+    # ------------------------------------------------------------------ state changes
+
+    def set_ready_count(self, count: int) -> None:
+        self.ready_count = count
+        if self.channel is not None:
+            self.channel.pump(self)
+
+    def finished_message(self) -> None:
+        self.finish_count += 1
+        self.in_flight_count -= 1
+        if self.channel is not None:
+            self.channel.pump(self)
+
+    def requeued_message(self) -> None:
+        self.requeue_count += 1
+        self.in_flight_count -= 1
+        if self.channel is not None:
+            self.channel.pump(self)
+
+    def timed_out_message(self) -> None:
+        self.in_flight_count -= 1
+        if self.channel is not None and not self._closed:
+            self.channel.pump(self)
+
+    def empty_in_flight(self) -> None:
+        self.in_flight_count = 0
+
+    def published(self, topic: str, count: int) -> None:
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
+
+    def start_close(self) -> None:
+        self.ready_count = 0
+        self.state = STATE_CLOSING
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self.transport is not None:
+                self.transport.close()
+
+    def tls_stats(self) -> dict[str, object]:
+        return {
+            "tls": self.tls,
+            "tls_cipher_suite": "",
+            "tls_version": "",
+            "tls_negotiated_protocol": "",
+            "tls_negotiated_protocol_is_mutual": False,
+        }
+
+    @property
+    def is_ready(self) -> bool:
+        channel = self.channel
+        return (
+            channel is not None
+            and not channel.paused
+            and self.ready_count > 0
+            and self.in_flight_count < self.ready_count
+        )

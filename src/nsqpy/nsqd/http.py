@@ -1,0 +1,342 @@
+"""nsqd's HTTP API (Go: nsqd/http.go), routes in one table."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from aiohttp import web
+
+from .. import NSQ_VERSION
+from ..internal import lg
+from ..internal.flags import render_value, specs
+from ..internal.http_api import (
+    ApiError,
+    go_json,
+    plain_text,
+    v1_empty,
+    v1_errors,
+    v1_json,
+    v1_text,
+)
+from ..protocol import ProtocolError, is_valid_channel_name, is_valid_topic_name, parse_mpub_body
+from .options import Options
+from .stats import get_stats, memory_stats, stats_json, stats_text
+from .topic import TopicError
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+    from .topic import Topic
+
+_BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+_OPTION_SPECS = {spec.cfg: spec for spec in specs(Options)}
+_BE32 = struct.Struct(">i")
+
+
+def query(request: web.Request) -> dict[str, list[str]]:
+    """The URL query string only (never a form body); Go's first-value-wins lists."""
+    try:
+        return parse_qs(request.query_string, keep_blank_values=True, strict_parsing=False)
+    except ValueError:
+        raise ApiError(400, "INVALID_REQUEST") from None
+
+
+def first(params: dict[str, list[str]], key: str) -> str | None:
+    values = params.get(key)
+    return values[0] if values else None
+
+
+class HTTPServer:
+    def __init__(self, nsqd: NSQD, tls_listener: bool = False) -> None:
+        self.nsqd = nsqd
+        self.tls_listener = tls_listener
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/ping", self.ping),
+            web.get("/info", self.info),
+            web.post("/pub", self.pub),
+            web.post("/mpub", self.mpub),
+            web.get("/stats", self.stats),
+            web.post("/topic/create", self.topic_create),
+            web.post("/topic/delete", self.topic_delete),
+            web.post("/topic/empty", self.topic_empty),
+            web.post("/topic/pause", self.topic_pause),
+            web.post("/topic/unpause", self.topic_pause),
+            web.post("/channel/create", self.channel_create),
+            web.post("/channel/delete", self.channel_delete),
+            web.post("/channel/empty", self.channel_empty),
+            web.post("/channel/pause", self.channel_pause),
+            web.post("/channel/unpause", self.channel_pause),
+            web.get("/config/{opt}", self.config),
+            web.put("/config/{opt}", self.config),
+            web.put("/debug/setblockrate", self.debug_noop),
+            web.post("/debug/freememory", self.debug_noop),
+        ]
+
+    # ------------------------------------------------------------------ basics
+
+    async def ping(self, request: web.Request) -> web.Response:
+        health = self.nsqd.health_error
+        if health is not None:
+            return plain_text(f"NOK - {health}", 500)
+        return plain_text("OK")
+
+    async def info(self, request: web.Request) -> web.Response:
+        opts = self.nsqd.options
+        return v1_json(
+            {
+                "version": NSQ_VERSION,
+                "broadcast_address": opts.broadcast_address,
+                "hostname": self.nsqd.hostname,
+                "http_port": self.nsqd.http_port,
+                "tcp_port": self.nsqd.tcp_port,
+                "start_time": self.nsqd.start_time,
+                "max_heartbeat_interval": round(opts.max_heartbeat_interval * 1e9),
+                "max_output_buffer_size": opts.max_output_buffer_size,
+                "max_output_buffer_timeout": round(opts.max_output_buffer_timeout * 1e9),
+                "max_deflate_level": opts.max_deflate_level,
+            }
+        )
+
+    async def debug_noop(self, request: web.Request) -> web.Response:
+        return plain_text("")
+
+    # ------------------------------------------------------------------ publishing
+
+    def _topic_from_query(self, params: dict[str, list[str]]) -> Topic:
+        name = first(params, "topic")
+        if name is None:
+            raise ApiError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_topic_name(name):
+            raise ApiError(400, "INVALID_TOPIC")
+        return self.nsqd.get_topic(name)
+
+    async def _read_limited(self, request: web.Request, limit: int, too_big: str) -> bytes:
+        if request.content_length is not None and request.content_length > limit:
+            raise ApiError(413, too_big)
+        body = bytearray()
+        async for chunk in request.content.iter_chunked(65536):
+            body += chunk
+            if len(body) > limit:
+                raise ApiError(413, too_big)
+        return bytes(body)
+
+    async def pub(self, request: web.Request) -> web.Response:
+        opts = self.nsqd.options
+        body = await self._read_limited(request, opts.max_msg_size, "MSG_TOO_BIG")
+        if not body:
+            raise ApiError(400, "MSG_EMPTY")
+        params = query(request)
+        topic = self._topic_from_query(params)
+        delay = 0.0
+        raw_defer = first(params, "defer")
+        if raw_defer is not None:
+            try:
+                defer_ms = int(raw_defer, 10)
+            except ValueError:
+                raise ApiError(400, "INVALID_DEFER") from None
+            if defer_ms < 0 or defer_ms > round(opts.max_req_timeout * 1000):
+                raise ApiError(400, "INVALID_DEFER")
+            delay = defer_ms / 1000
+        msg = topic.new_message(body)
+        msg.deferred = delay
+        try:
+            topic.put_message(msg)
+        except (TopicError, OSError):
+            raise ApiError(503, "EXITING") from None
+        return v1_text("OK")
+
+    async def mpub(self, request: web.Request) -> web.Response:
+        opts = self.nsqd.options
+        if request.content_length is not None and request.content_length > opts.max_body_size:
+            raise ApiError(413, "BODY_TOO_BIG")
+        params = query(request)
+        topic = self._topic_from_query(params)
+        raw_binary = first(params, "binary")
+        binary = False
+        if raw_binary is not None:
+            binary = _BOOL_PARAMS.get(raw_binary, True)
+            if raw_binary not in _BOOL_PARAMS:
+                self.nsqd.logger.warn(
+                    f"deprecated value '{raw_binary}' used for /mpub binary param"
+                )
+        body = await self._read_limited(request, opts.max_body_size, "BODY_TOO_BIG")
+        if binary:
+            try:
+                bodies = parse_mpub_body(body, opts.max_msg_size, opts.max_body_size)
+            except ProtocolError as err:
+                raise ApiError(413, err.code[2:]) from None
+        else:
+            bodies = []
+            for line in body.split(b"\n"):
+                if not line:
+                    continue
+                if len(line) > opts.max_msg_size:
+                    raise ApiError(413, "MSG_TOO_BIG")
+                bodies.append(line)
+        try:
+            topic.put_messages([topic.new_message(b) for b in bodies])
+        except (TopicError, OSError):
+            raise ApiError(503, "EXITING") from None
+        return v1_text("OK")
+
+    # ------------------------------------------------------------------ stats
+
+    async def stats(self, request: web.Request) -> web.Response:
+        params = query(request)
+        json_format = first(params, "format") == "json"
+        topic_name = first(params, "topic") or ""
+        channel_name = first(params, "channel") or ""
+        include_clients = _BOOL_PARAMS.get(first(params, "include_clients") or "", True)
+        include_mem = _BOOL_PARAMS.get(first(params, "include_mem") or "", True)
+        topics, producers = get_stats(self.nsqd, topic_name, channel_name, include_clients)
+        memory = memory_stats() if include_mem else None
+        if not json_format:
+            from .__main__ import version_line
+
+            text = stats_text(self.nsqd, version_line("nsqd"), topics, producers, memory)
+            return v1_text(text)
+        body = stats_json(topics, producers, memory, self.nsqd.health, self.nsqd.start_time)
+        return v1_json(body)
+
+    # ------------------------------------------------------------------ topics
+
+    def _existing_topic(self, params: dict[str, list[str]], validate: bool) -> Topic:
+        name = first(params, "topic")
+        if name is None:
+            raise ApiError(400, "MISSING_ARG_TOPIC")
+        if validate and not is_valid_topic_name(name):
+            raise ApiError(400, "INVALID_TOPIC")
+        topic = self.nsqd.get_existing_topic(name)
+        if topic is None:
+            raise ApiError(404, "TOPIC_NOT_FOUND")
+        return topic
+
+    async def topic_create(self, request: web.Request) -> web.Response:
+        self._topic_from_query(query(request))
+        return v1_empty()
+
+    async def topic_delete(self, request: web.Request) -> web.Response:
+        params = query(request)
+        topic = self._existing_topic(params, validate=False)
+        self.nsqd.delete_existing_topic(topic.name)
+        return v1_empty()
+
+    async def topic_empty(self, request: web.Request) -> web.Response:
+        topic = self._existing_topic(query(request), validate=True)
+        topic.empty()
+        return v1_empty()
+
+    async def topic_pause(self, request: web.Request) -> web.Response:
+        topic = self._existing_topic(query(request), validate=False)
+        if "unpause" in request.path:
+            topic.unpause()
+        else:
+            topic.pause()
+        self.nsqd.persist_metadata()
+        return v1_empty()
+
+    # ------------------------------------------------------------------ channels
+
+    def _channel_args(self, params: dict[str, list[str]]) -> tuple[Topic, str]:
+        topic_name = first(params, "topic")
+        if topic_name is None:
+            raise ApiError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_topic_name(topic_name):
+            raise ApiError(400, "INVALID_ARG_TOPIC")
+        channel_name = first(params, "channel")
+        if channel_name is None:
+            raise ApiError(400, "MISSING_ARG_CHANNEL")
+        if not is_valid_channel_name(channel_name):
+            raise ApiError(400, "INVALID_ARG_CHANNEL")
+        topic = self.nsqd.get_existing_topic(topic_name)
+        if topic is None:
+            raise ApiError(404, "TOPIC_NOT_FOUND")
+        return topic, channel_name
+
+    async def channel_create(self, request: web.Request) -> web.Response:
+        topic, name = self._channel_args(query(request))
+        topic.get_channel(name)
+        return v1_empty()
+
+    async def channel_delete(self, request: web.Request) -> web.Response:
+        topic, name = self._channel_args(query(request))
+        try:
+            topic.delete_existing_channel(name)
+        except TopicError:
+            raise ApiError(404, "CHANNEL_NOT_FOUND") from None
+        return v1_empty()
+
+    async def channel_empty(self, request: web.Request) -> web.Response:
+        topic, name = self._channel_args(query(request))
+        channel = topic.get_existing_channel(name)
+        if channel is None:
+            raise ApiError(404, "CHANNEL_NOT_FOUND")
+        channel.empty()
+        return v1_empty()
+
+    async def channel_pause(self, request: web.Request) -> web.Response:
+        topic, name = self._channel_args(query(request))
+        channel = topic.get_existing_channel(name)
+        if channel is None:
+            raise ApiError(404, "CHANNEL_NOT_FOUND")
+        if "unpause" in request.path:
+            channel.unpause()
+        else:
+            channel.pause()
+        self.nsqd.persist_metadata()
+        return v1_empty()
+
+    # ------------------------------------------------------------------ config
+
+    async def config(self, request: web.Request) -> web.Response:
+        name = request.match_info["opt"]
+        opts = self.nsqd.options
+        if request.method == "PUT":
+            body = await request.content.read(opts.max_msg_size + 1)
+            if len(body) > opts.max_msg_size or not body:
+                raise ApiError(413, "INVALID_VALUE")
+            self._set_option(name, body)
+        spec = _OPTION_SPECS.get(name)
+        if spec is None:
+            raise ApiError(400, "INVALID_OPTION")
+        return v1_json(render_value(spec.kind, getattr(opts, spec.attr)))
+
+    def _set_option(self, name: str, body: bytes) -> None:
+        opts = self.nsqd.options
+        if name == "nsqlookupd_tcp_addresses":
+            try:
+                value: Any = json.loads(body)
+            except ValueError:
+                raise ApiError(400, "INVALID_VALUE") from None
+            if value is None:
+                value = []
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ApiError(400, "INVALID_VALUE")
+            opts.nsqlookupd_tcp_addresses = value
+            self.nsqd.lookupd_addresses_changed()
+        elif name == "log_level":
+            try:
+                level = lg.parse_level(body.decode(errors="replace"))
+            except ValueError:
+                raise ApiError(400, "INVALID_VALUE") from None
+            opts.log_level = level
+            self.nsqd.logger.level = level
+        else:
+            raise ApiError(400, "INVALID_OPTION")
+
+
+def build_app(nsqd: NSQD, tls_listener: bool = False) -> web.Application:
+    server = HTTPServer(nsqd, tls_listener)
+    app = web.Application(
+        middlewares=[v1_errors], client_max_size=max(nsqd.options.max_body_size, 1 << 20) + 1
+    )
+    app["logger"] = nsqd.logger
+    app.add_routes(server.routes())
+    return app
+
+
+__all__ = ["HTTPServer", "build_app", "go_json"]

@@ -1,0 +1,51 @@
+"""An nsqd message and its per-channel delivery state (Go: nsqd/message.go)."""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from ..protocol.message import MESSAGE_HEADER_LENGTH, decode_message
+
+if TYPE_CHECKING:
+    from .client_v2 import ClientV2
+
+_HEADER = struct.Struct(">QH")
+_MESSAGE_FRAME_HEADER = struct.Struct(">iiQH")
+FRAME_TYPE_MESSAGE = 2
+
+
+class Message:
+    """One message in one channel (each channel gets its own copy from the topic)."""
+
+    __slots__ = ("attempts", "body", "client", "deferred", "delivery_ts", "id", "pri", "timestamp")
+
+    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0) -> None:
+        self.id = msg_id
+        self.body = body
+        self.timestamp = timestamp  # publish time, ns since the epoch; kept across requeues
+        self.attempts = attempts
+        self.deferred = 0.0  # seconds to defer, for DPUB and topic fan-out
+        self.client: ClientV2 | None = None  # owner while in flight
+        self.delivery_ts = 0.0  # monotonic seconds
+        self.pri = 0.0  # in-flight deadline or deferred due time, monotonic seconds
+
+    def copy(self) -> Message:
+        clone = Message(self.id, self.body, self.timestamp, self.attempts)
+        clone.deferred = self.deferred
+        return clone
+
+    def encode(self) -> bytes:
+        """The wire and disk encoding: ``BE64 ts, BE16 attempts, 16-byte id, body``."""
+        return _HEADER.pack(self.timestamp, self.attempts) + self.id + self.body
+
+    def frame(self) -> bytes:
+        """The complete message frame as sent to a consumer."""
+        size = MESSAGE_HEADER_LENGTH + 4 + len(self.body)
+        header = _MESSAGE_FRAME_HEADER.pack(size, FRAME_TYPE_MESSAGE, self.timestamp, self.attempts)
+        return header + self.id + self.body
+
+
+def message_from_bytes(data: bytes) -> Message:
+    decoded = decode_message(data)
+    return Message(decoded.id, decoded.body, decoded.timestamp, decoded.attempts)

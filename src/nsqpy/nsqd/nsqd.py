@@ -1,0 +1,418 @@
+"""NSQD: owns topics, clients and listeners; a library object with a thin command line."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import NSQ_VERSION
+from ..internal import lg
+from ..protocol import ProtocolError, is_valid_name
+from .backend import Backend, MemoryBackend, NullBackend
+from .channel import Channel
+from .client_v2 import ClientV2
+from .options import HOSTNAME, Options
+from .protocol_v2 import ProtocolV2
+from .topic import Topic, TopicError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from aiohttp import web
+
+    from .message import Message
+
+
+class NSQDError(Exception):
+    """A start-up failure; the command prints it and exits 1."""
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """Parse Go's ``host:port`` (``[::1]:4150``, ``:4150``); ValueError if it is not one."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"not a host:port address: {address!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def format_address(sockname: Any) -> str:
+    if isinstance(sockname, tuple):
+        host, port = sockname[0], sockname[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(sockname)
+
+
+def bind_socket(address: str) -> socket.socket:
+    """A listening socket for ``host:port`` or, when that does not parse, a unix socket path."""
+    try:
+        host, port = split_host_port(address)
+    except ValueError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(address)
+        sock.listen(1024)
+        return sock
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, socktype, proto, _, sockaddr = infos[0]
+    sock = socket.socket(family, socktype, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6 and not host:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind(sockaddr)
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class NSQD:
+    def __init__(self, options: Options, logger: lg.Logger | None = None) -> None:
+        self.options = options
+        self.logger = logger or lg.Logger(options.log_prefix, options.log_level)
+        self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
+        self.topics: dict[str, Topic] = {}
+        self.clients: dict[int, ClientV2] = {}
+        self.protocol = ProtocolV2(self)
+        self.start_time = int(time.time())
+        self.health_error: str | None = None
+        self.exiting = False
+        self.tcp_port = 0
+        self.http_port = 0
+        self.https_port = 0
+        self.tcp_listen = ""
+        self.http_listen = ""
+        self._client_seq = 0
+        self._tcp_server: asyncio.AbstractServer | None = None
+        self._http_runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self._validate()
+
+    def _validate(self) -> None:
+        opts = self.options
+        if not 0 <= opts.node_id < 1024:
+            raise NSQDError("--node-id must be [0,1024)")
+        if not 1 <= opts.max_deflate_level <= 9:
+            raise NSQDError("--max-deflate-level must be [1,9]")
+        for pct in opts.e2e_processing_latency_percentiles:
+            if not 0 < pct <= 1:
+                raise NSQDError(f"invalid E2E processing latency percentile: {pct:g}")
+        if opts.tls_client_auth_policy and not (opts.tls_cert and opts.tls_key):
+            raise NSQDError("cannot require TLS client connections without TLS key and cert")
+
+    # ------------------------------------------------------------------ clocks
+
+    @staticmethod
+    def now() -> float:
+        """Monotonic seconds: deadlines for in-flight and deferred messages, heartbeats."""
+        return time.monotonic()
+
+    @staticmethod
+    def wall_ns() -> int:
+        return time.time_ns()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        opts = self.options
+        try:
+            tcp_sock = bind_socket(opts.tcp_address)
+        except OSError as exc:
+            raise NSQDError(f"listen ({opts.tcp_address}) failed - {exc}") from None
+        self.tcp_listen = format_address(tcp_sock.getsockname())
+        if tcp_sock.family == socket.AF_UNIX:
+            self.tcp_port = -1
+            self._tcp_server = await self.loop.create_unix_server(self._new_client, sock=tcp_sock)
+        else:
+            self.tcp_port = tcp_sock.getsockname()[1]
+            self._tcp_server = await self.loop.create_server(self._new_client, sock=tcp_sock)
+        self.logger.info(f"TCP: listening on {self.tcp_listen}")
+        if opts.http_address:
+            await self._start_http(opts.http_address)
+        self._tasks.append(self.loop.create_task(self._queue_scan_loop()))
+
+    async def _start_http(self, address: str) -> None:
+        from aiohttp import web
+
+        from .http import build_app
+
+        try:
+            sock = bind_socket(address)
+        except OSError as exc:
+            raise NSQDError(f"listen ({address}) failed - {exc}") from None
+        self.http_listen = format_address(sock.getsockname())
+        self.http_port = -1 if sock.family == socket.AF_UNIX else sock.getsockname()[1]
+        runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        self._http_runner = runner
+        self.logger.info(f"HTTP: listening on {self.http_listen}")
+
+    def _new_client(self) -> ClientV2:
+        self._client_seq += 1
+        client = ClientV2(self, self._client_seq)
+        self.clients[client.id] = client
+        return client
+
+    def remove_client(self, client: ClientV2) -> None:
+        self.clients.pop(client.id, None)
+
+    async def stop(self) -> None:
+        """Go's Exit: listeners, clients, HTTP, metadata, topics, background loops."""
+        if self.exiting:
+            return
+        self.exiting = True
+        if self._tcp_server is not None:
+            self.logger.info(f"TCP: closing {self.tcp_listen}")
+            self._tcp_server.close()
+        for client in list(self.clients.values()):
+            client.close()
+        if self._http_runner is not None:
+            self.logger.info(f"HTTP: closing {self.http_listen}")
+            await self._http_runner.cleanup()
+        self.persist_metadata()
+        for topic in list(self.topics.values()):
+            topic.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # ------------------------------------------------------------------ topics
+
+    def get_topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = Topic(name, self, self.new_backend(name, ephemeral=name.endswith("#ephemeral")))
+            self.topics[name] = topic
+            self.logger.info(f"TOPIC({name}): created")
+            self.topic_created(topic)
+        return topic
+
+    def get_existing_topic(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    def delete_existing_topic(self, name: str) -> None:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError("topic does not exist")
+        self.logger.info(f"TOPIC({name}): deleting")
+        topic.delete()
+        self.topics.pop(name, None)
+        self.topic_deleted(topic)
+
+    def delete_ephemeral_topic(self, topic: Topic) -> None:
+        if self.topics.get(topic.name) is topic and not topic.channels:
+            self.delete_existing_topic(topic.name)
+
+    def new_channel(self, topic: Topic, name: str) -> Channel:
+        backend = self.new_backend(f"{topic.name}:{name}", ephemeral=name.endswith("#ephemeral"))
+        channel = Channel(topic, name, self, backend)
+        self.logger.info(f"TOPIC({topic.name}): new channel({name})")
+        return channel
+
+    def new_backend(self, queue_name: str, ephemeral: bool) -> Backend:
+        return NullBackend() if ephemeral else MemoryBackend()
+
+    # Hooks for lookupd registration and metadata persistence.
+    def topic_created(self, topic: Topic) -> None:
+        pass
+
+    def topic_deleted(self, topic: Topic) -> None:
+        pass
+
+    def channel_created(self, topic: Topic, channel: Channel) -> None:
+        pass
+
+    def channel_deleted(self, topic: Topic, channel: Channel) -> None:
+        pass
+
+    def persist_metadata(self) -> None:
+        pass
+
+    def lookupd_addresses_changed(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ backends and health
+
+    def write_to_backend(self, backend: Backend, msg: Message, context: str) -> None:
+        try:
+            backend.put(msg.encode())
+        except Exception as exc:
+            self.set_health(str(exc))
+            self.logger.error(f"{context} ERROR: failed to write message to backend - {exc}")
+            raise
+        if self.health_error is not None:
+            self.set_health(None)
+
+    def set_health(self, error: str | None) -> None:
+        self.health_error = error
+
+    @property
+    def health(self) -> str:
+        return "OK" if self.health_error is None else f"NOK - {self.health_error}"
+
+    def flush_channel_to_backend(self, channel: Channel) -> None:
+        msgs = channel.messages_to_persist()
+        if msgs and not channel.ephemeral:
+            self.logger.info(
+                f"CHANNEL({channel.name}): flushing {len(msgs)} memory messages to backend"
+            )
+            channel.backend.put_many([m.encode() for m in msgs])
+
+    def flush_topic_to_backend(self, topic: Topic) -> None:
+        msgs = list(topic.memory_queue)
+        topic.memory_queue.clear()
+        if msgs and not topic.ephemeral:
+            self.logger.info(
+                f"TOPIC({topic.name}): flushing {len(msgs)} memory messages to backend"
+            )
+            topic.backend.put_many([m.encode() for m in msgs])
+
+    # ------------------------------------------------------------------ queue scanning
+
+    async def _queue_scan_loop(self) -> None:
+        """Requeue timed-out in-flight and due deferred messages (Go's queueScanLoop).
+
+        Every channel's heaps are peeked each tick: cheaper here than Go's random sampling and
+        it never misses a channel created since the last refresh.
+        """
+        interval = self.options.queue_scan_interval
+        while True:
+            await asyncio.sleep(interval)
+            self.scan_queues()
+
+    def scan_queues(self) -> None:
+        now = self.now()
+        for topic in list(self.topics.values()):
+            for channel in list(topic.channels.values()):
+                if channel.exiting:
+                    continue
+                channel.process_in_flight_queue(now)
+                channel.process_deferred_queue(now)
+
+    # ------------------------------------------------------------------ IDENTIFY
+
+    def identify(self, client: ClientV2, data: dict[str, Any]) -> None:
+        """Apply IDENTIFY settings in Go's order; ValueError carries Go's message."""
+        opts = self.options
+        client.client_id = data.get("client_id") or ""
+        client.hostname = data.get("hostname") or ""
+        client.user_agent = data.get("user_agent") or ""
+
+        heartbeat = data.get("heartbeat_interval") or 0
+        if heartbeat == -1:
+            client.heartbeat_interval = 0
+        elif heartbeat != 0:
+            if not 1000 <= heartbeat <= round(opts.max_heartbeat_interval * 1000):
+                raise ValueError(f"heartbeat interval ({heartbeat}) is invalid")
+            client.heartbeat_interval = heartbeat / 1000
+
+        size = data.get("output_buffer_size") or 0
+        timeout = data.get("output_buffer_timeout") or 0
+        if timeout == -1:
+            client.output_buffer_timeout = 0
+        elif timeout != 0:
+            low = round(opts.min_output_buffer_timeout * 1000)
+            high = round(opts.max_output_buffer_timeout * 1000)
+            if not low <= timeout <= high:
+                raise ValueError(f"output buffer timeout ({timeout}) is invalid")
+            client.output_buffer_timeout = timeout / 1000
+        if size == -1:
+            client.output_buffer_size = 1
+            client.output_buffer_timeout = 0
+        elif size != 0:
+            if not 64 <= size <= opts.max_output_buffer_size:
+                raise ValueError(f"output buffer size ({size}) is invalid")
+            client.output_buffer_size = size
+
+        sample_rate = data.get("sample_rate") or 0
+        if not 0 <= sample_rate <= 99:
+            raise ValueError(f"sample rate ({sample_rate}) is invalid")
+        client.sample_rate = sample_rate
+
+        msg_timeout = data.get("msg_timeout") or 0
+        if msg_timeout != 0:
+            if not 1000 <= msg_timeout <= round(opts.max_msg_timeout * 1000):
+                raise ValueError(f"msg timeout ({msg_timeout}) is invalid")
+            client.msg_timeout = msg_timeout / 1000
+
+    def identify_response(
+        self, client: ClientV2, data: dict[str, Any]
+    ) -> tuple[bytes, list[Callable[[], None]]]:
+        opts = self.options
+        tls_v1 = self.tls_enabled and bool(data.get("tls_v1"))
+        deflate = self.deflate_available and opts.deflate and bool(data.get("deflate"))
+        snappy = self.snappy_available and opts.snappy and bool(data.get("snappy"))
+        level = 6
+        requested_level = data.get("deflate_level") or 0
+        if deflate and requested_level > 0:
+            level = requested_level
+        level = min(level, opts.max_deflate_level)
+        if deflate and snappy:
+            raise ProtocolError(
+                "E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression"
+            )
+        response = {
+            "max_rdy_count": opts.max_rdy_count,
+            "version": NSQ_VERSION,
+            "max_msg_timeout": round(opts.max_msg_timeout * 1000),
+            "msg_timeout": round(client.msg_timeout * 1000),
+            "tls_v1": tls_v1,
+            "deflate": deflate,
+            "deflate_level": level,
+            "max_deflate_level": opts.max_deflate_level,
+            "snappy": snappy,
+            "sample_rate": client.sample_rate,
+            "auth_required": self.auth_enabled,
+            "output_buffer_size": client.output_buffer_size,
+            "output_buffer_timeout": round(client.output_buffer_timeout * 1000),
+        }
+        body = json.dumps(response, separators=(",", ":")).encode()
+        return body, []
+
+    # Transport features arrive with the security issue; until then IDENTIFY answers as a Go
+    # nsqd started without TLS and with --snappy=false --deflate=false.
+    tls_enabled = False
+    snappy_available = False
+    deflate_available = False
+
+    # ------------------------------------------------------------------ AUTH
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.options.auth_http_addresses)
+
+    def authenticate(self, client: ClientV2, secret: bytes) -> bytes | None:
+        if client.auth_state is not None:
+            raise ProtocolError("E_INVALID", "AUTH already set")
+        if not self.auth_enabled:
+            raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
+        raise ProtocolError("E_AUTH_FAILED", "AUTH failed")
+
+    def check_auth(self, client: ClientV2, cmd: str, topic: str, channel: str) -> None:
+        if self.auth_enabled and client.auth_state is None:
+            raise ProtocolError("E_AUTH_FIRST", f"AUTH required before {cmd}")
+
+    # ------------------------------------------------------------------ stats support
+
+    def new_e2e_stream(self) -> Any:
+        return None
+
+    def valid_name(self, name: str) -> bool:
+        return is_valid_name(name)
+
+    @property
+    def hostname(self) -> str:
+        return HOSTNAME

@@ -1,0 +1,383 @@
+"""The V2 command handlers, one method per wire verb (Go: nsqd/protocol_v2.go).
+
+Each handler takes the client and the parsed command, returns response bytes (or None) and
+raises :class:`ProtocolError` with Go's exact code and text. Checks run in Go's order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import (
+    CLOSE_WAIT,
+    MSG_ID_LENGTH,
+    OK,
+    ProtocolError,
+    go_quote,
+    is_valid_channel_name,
+    is_valid_topic_name,
+    parse_base10,
+    parse_mpub_body,
+)
+from ..protocol.commands import Command
+from .channel import ChannelError
+from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .topic import TopicError
+
+if TYPE_CHECKING:
+    from .client_v2 import ClientV2
+    from .nsqd import NSQD
+
+Handler = Callable[["ClientV2", Command], bytes | None]
+
+_IDENTIFY_INT_FIELDS = (
+    "heartbeat_interval",
+    "output_buffer_size",
+    "output_buffer_timeout",
+    "sample_rate",
+    "msg_timeout",
+    "deflate_level",
+)
+_IDENTIFY_STR_FIELDS = ("client_id", "hostname", "user_agent")
+_IDENTIFY_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="surrogateescape")
+
+
+def _message_id(raw: bytes) -> bytes:
+    if len(raw) != MSG_ID_LENGTH:
+        raise ProtocolError("E_INVALID", "invalid message ID")
+    return raw
+
+
+class ProtocolV2:
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self.handlers: dict[bytes, Handler] = {
+            b"IDENTIFY": self.IDENTIFY,
+            b"FIN": self.FIN,
+            b"RDY": self.RDY,
+            b"REQ": self.REQ,
+            b"PUB": self.PUB,
+            b"MPUB": self.MPUB,
+            b"DPUB": self.DPUB,
+            b"NOP": self.NOP,
+            b"TOUCH": self.TOUCH,
+            b"SUB": self.SUB,
+            b"CLS": self.CLS,
+            b"AUTH": self.AUTH,
+        }
+        opts = nsqd.options
+        self._tls_required = opts.tls_required != 0
+        if not self._tls_required:  # the plain path pays nothing for the TLS policy
+            self.handlers.update(
+                {name: handler for name, handler in self.handlers.items() if name != b"IDENTIFY"}
+            )
+        else:
+            for name, handler in list(self.handlers.items()):
+                if name != b"IDENTIFY":
+                    self.handlers[name] = self._with_tls_check(name, handler)
+
+    # ------------------------------------------------------------------ policies
+
+    def _with_tls_check(self, name: bytes, handler: Handler) -> Handler:
+        def checked(client: ClientV2, command: Command) -> bytes | None:
+            self.check_tls(client, name)
+            return handler(client, command)
+
+        return checked
+
+    def check_tls(self, client: ClientV2, name: bytes) -> None:
+        if self._tls_required and not client.tls:
+            raise ProtocolError(
+                "E_INVALID", f"cannot {_text(name)} in current state (TLS required)"
+            )
+
+    def check_auth(self, client: ClientV2, cmd: str, topic: str, channel: str) -> None:
+        self.nsqd.check_auth(client, cmd, topic, channel)
+
+    def check_before_body(
+        self, client: ClientV2, name: bytes, params: list[bytes]
+    ) -> ProtocolError | None:
+        """The checks Go makes before reading a command's body (for a body still in transit)."""
+        try:
+            if name != b"IDENTIFY":
+                self.check_tls(client, name)
+            if name == b"IDENTIFY" and client.state != STATE_INIT:
+                raise ProtocolError("E_INVALID", "cannot IDENTIFY in current state")
+            if name == b"AUTH":
+                self._auth_preconditions(client, params)
+            elif name in (b"PUB", b"DPUB"):
+                self._publish_preconditions(_text(name), params)
+            elif name == b"MPUB":
+                self._mpub_preconditions(client, params)
+        except ProtocolError as err:
+            return err
+        return None
+
+    # ------------------------------------------------------------------ IDENTIFY / AUTH
+
+    def IDENTIFY(self, client: ClientV2, command: Command) -> bytes | None:
+        if client.state != STATE_INIT:
+            raise ProtocolError("E_INVALID", "cannot IDENTIFY in current state")
+        body = self._body(command, "E_BAD_BODY", "IDENTIFY", self.nsqd.options.max_body_size)
+        data = self._decode_identify(body)
+        self.nsqd.logger.info(f"[{client.remote_address}] IDENTIFY: {data}")
+        try:
+            self.nsqd.identify(client, data)
+        except ValueError as exc:
+            raise ProtocolError("E_BAD_BODY", f"IDENTIFY {exc}") from None
+        client.identified()
+        if not data.get("feature_negotiation"):
+            return OK
+        response, upgrades = self.nsqd.identify_response(client, data)
+        client.send_response(response)
+        for upgrade in upgrades:
+            upgrade()
+        return None
+
+    @staticmethod
+    def _decode_identify(body: bytes) -> dict[str, Any]:
+        try:
+            data = json.loads(body)
+            if not isinstance(data, dict):
+                raise ValueError
+            for key in _IDENTIFY_INT_FIELDS:
+                if key in data and data[key] is not None:
+                    value = data[key]
+                    if isinstance(value, bool) or not isinstance(value, int | float):
+                        raise ValueError
+                    if isinstance(value, float) and not value.is_integer():
+                        raise ValueError
+                    data[key] = int(value)
+            for key in _IDENTIFY_STR_FIELDS:
+                if key in data and data[key] is not None and not isinstance(data[key], str):
+                    raise ValueError
+            for key in _IDENTIFY_BOOL_FIELDS:
+                if key in data and data[key] is not None and not isinstance(data[key], bool):
+                    raise ValueError
+        except ValueError:
+            raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
+        return data
+
+    def _auth_preconditions(self, client: ClientV2, params: list[bytes]) -> None:
+        if client.state != STATE_INIT:
+            raise ProtocolError("E_INVALID", "cannot AUTH in current state")
+        if params:
+            raise ProtocolError("E_INVALID", "AUTH invalid number of parameters")
+
+    def AUTH(self, client: ClientV2, command: Command) -> bytes | None:
+        self._auth_preconditions(client, command.params)
+        body = self._body(command, "E_BAD_BODY", "AUTH", self.nsqd.options.max_body_size)
+        return self.nsqd.authenticate(client, body)
+
+    # ------------------------------------------------------------------ consuming
+
+    def SUB(self, client: ClientV2, command: Command) -> bytes | None:
+        if client.state != STATE_INIT:
+            raise ProtocolError("E_INVALID", "cannot SUB in current state")
+        if client.heartbeat_interval <= 0:
+            raise ProtocolError("E_INVALID", "cannot SUB with heartbeats disabled")
+        params = command.params
+        if len(params) < 2:
+            raise ProtocolError("E_INVALID", "SUB insufficient number of parameters")
+        topic_name = _text(params[0])
+        if not is_valid_topic_name(topic_name):
+            raise ProtocolError(
+                "E_BAD_TOPIC", f"SUB topic name {go_quote(topic_name)} is not valid"
+            )
+        channel_name = _text(params[1])
+        if not is_valid_channel_name(channel_name):
+            raise ProtocolError(
+                "E_BAD_CHANNEL", f"SUB channel name {go_quote(channel_name)} is not valid"
+            )
+        self.check_auth(client, "SUB", topic_name, channel_name)
+        topic = self.nsqd.get_topic(topic_name)
+        channel = topic.get_channel(channel_name)
+        try:
+            channel.add_client(client)
+        except ChannelError as exc:
+            raise ProtocolError("E_SUB_FAILED", f"SUB failed {exc}") from None
+        if (channel.ephemeral and channel.exiting) or (topic.ephemeral and topic.exiting):
+            channel.remove_client(client)
+            raise ProtocolError("E_SUB_FAILED", "SUB failed to deleted topic/channel")
+        client.state = STATE_SUBSCRIBED
+        client.channel = channel
+        return OK
+
+    def RDY(self, client: ClientV2, command: Command) -> bytes | None:
+        if client.state == STATE_CLOSING:
+            return None
+        if client.state != STATE_SUBSCRIBED:
+            raise ProtocolError("E_INVALID", "cannot RDY in current state")
+        count = 1
+        if command.params:
+            parsed = parse_base10(command.params[0])
+            if parsed is None:
+                raise ProtocolError(
+                    "E_INVALID", f"RDY could not parse count {_text(command.params[0])}"
+                )
+            count = parsed
+        max_rdy = self.nsqd.options.max_rdy_count
+        if count > max_rdy:
+            raise ProtocolError("E_INVALID", f"RDY count {count} out of range 0-{max_rdy}")
+        client.set_ready_count(count)
+        return None
+
+    def _in_flight_command(
+        self, client: ClientV2, command: Command, name: str, nparams: int
+    ) -> bytes:
+        if client.state != STATE_SUBSCRIBED and client.state != STATE_CLOSING:
+            raise ProtocolError("E_INVALID", f"cannot {name} in current state")
+        if len(command.params) < nparams:
+            raise ProtocolError("E_INVALID", f"{name} insufficient number of params")
+        return _message_id(command.params[0])
+
+    def FIN(self, client: ClientV2, command: Command) -> bytes | None:
+        msg_id = self._in_flight_command(client, command, "FIN", 1)
+        channel = client.channel
+        assert channel is not None
+        try:
+            channel.finish_message(client, msg_id)
+        except ChannelError as exc:
+            raise ProtocolError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {exc}") from None
+        client.finished_message()
+        return None
+
+    def REQ(self, client: ClientV2, command: Command) -> bytes | None:
+        msg_id = self._in_flight_command(client, command, "REQ", 2)
+        raw = command.params[1]
+        timeout_ms = parse_base10(raw)
+        if timeout_ms is None:
+            raise ProtocolError("E_INVALID", f"REQ could not parse timeout {_text(raw)}")
+        delay = timeout_ms / 1000.0
+        max_req = self.nsqd.options.max_req_timeout
+        if delay > max_req:
+            self.nsqd.logger.info(
+                f"PROTOCOL(V2): [{client.remote_address}] REQ timeout {timeout_ms}ms out of "
+                f"range 0-{round(max_req * 1000)}ms. Setting to {round(max_req * 1000)}ms"
+            )
+            delay = max_req
+        channel = client.channel
+        assert channel is not None
+        try:
+            channel.requeue_message(client, msg_id, delay)
+        except ChannelError as exc:
+            raise ProtocolError("E_REQ_FAILED", f"REQ {_text(msg_id)} failed {exc}") from None
+        client.requeued_message()
+        return None
+
+    def TOUCH(self, client: ClientV2, command: Command) -> bytes | None:
+        msg_id = self._in_flight_command(client, command, "TOUCH", 1)
+        channel = client.channel
+        assert channel is not None
+        try:
+            channel.touch_message(client, msg_id, self.nsqd.now())
+        except ChannelError as exc:
+            raise ProtocolError("E_TOUCH_FAILED", f"TOUCH {_text(msg_id)} failed {exc}") from None
+        return None
+
+    def CLS(self, client: ClientV2, command: Command) -> bytes | None:
+        if client.state != STATE_SUBSCRIBED:
+            raise ProtocolError("E_INVALID", "cannot CLS in current state")
+        client.start_close()
+        return CLOSE_WAIT
+
+    def NOP(self, client: ClientV2, command: Command) -> bytes | None:
+        return None
+
+    # ------------------------------------------------------------------ publishing
+
+    def _publish_preconditions(self, name: str, params: list[bytes]) -> tuple[str, float]:
+        needed = 2 if name == "DPUB" else 1
+        if len(params) < needed:
+            raise ProtocolError("E_INVALID", f"{name} insufficient number of parameters")
+        topic_name = _text(params[0])
+        if not is_valid_topic_name(topic_name):
+            raise ProtocolError(
+                "E_BAD_TOPIC", f"{name} topic name {go_quote(topic_name)} is not valid"
+            )
+        delay = 0.0
+        if name == "DPUB":
+            timeout_ms = parse_base10(params[1])
+            if timeout_ms is None:
+                raise ProtocolError("E_INVALID", f"DPUB could not parse timeout {_text(params[1])}")
+            max_ms = round(self.nsqd.options.max_req_timeout * 1000)
+            if timeout_ms > max_ms:
+                raise ProtocolError(
+                    "E_INVALID", f"DPUB timeout {timeout_ms} out of range 0-{max_ms}"
+                )
+            delay = timeout_ms / 1000.0
+        return topic_name, delay
+
+    def _publish_one(self, client: ClientV2, command: Command, name: str) -> bytes:
+        topic_name, delay = self._publish_preconditions(name, command.params)
+        body = self._body(command, "E_BAD_MESSAGE", name, self.nsqd.options.max_msg_size)
+        self.check_auth(client, name, topic_name, "")
+        topic = self.nsqd.get_topic(topic_name)
+        msg = topic.new_message(body)
+        msg.deferred = delay
+        try:
+            topic.put_message(msg)
+        except (TopicError, OSError) as exc:
+            raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {exc}") from None
+        client.published(topic_name, 1)
+        return OK
+
+    def PUB(self, client: ClientV2, command: Command) -> bytes | None:
+        return self._publish_one(client, command, "PUB")
+
+    def DPUB(self, client: ClientV2, command: Command) -> bytes | None:
+        return self._publish_one(client, command, "DPUB")
+
+    def _mpub_preconditions(self, client: ClientV2, params: list[bytes]) -> str:
+        if not params:
+            raise ProtocolError("E_INVALID", "MPUB insufficient number of parameters")
+        topic_name = _text(params[0])
+        if not is_valid_topic_name(topic_name):
+            raise ProtocolError(
+                "E_BAD_TOPIC", f"E_BAD_TOPIC MPUB topic name {go_quote(topic_name)} is not valid"
+            )
+        self.check_auth(client, "MPUB", topic_name, "")
+        return topic_name
+
+    def MPUB(self, client: ClientV2, command: Command) -> bytes | None:
+        topic_name = self._mpub_preconditions(client, command.params)
+        topic = self.nsqd.get_topic(topic_name)
+        opts = self.nsqd.options
+        if command.bad_body_size is not None:
+            size = command.bad_body_size
+            if size <= 0:
+                raise ProtocolError("E_BAD_BODY", f"MPUB invalid body size {size}")
+            raise ProtocolError("E_BAD_BODY", f"MPUB body too big {size} > {opts.max_body_size}")
+        assert command.body is not None
+        bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
+        new_message = topic.new_message
+        msgs = [new_message(body) for body in bodies]
+        try:
+            topic.put_messages(msgs)
+        except (TopicError, OSError) as exc:
+            raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
+        client.published(topic_name, len(msgs))
+        return OK
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _body(command: Command, code: str, name: str, limit: int) -> bytes:
+        """The command's body, or Go's error for an out-of-bounds size."""
+        size = command.bad_body_size
+        if size is not None:
+            if code == "E_BAD_MESSAGE":  # PUB/DPUB check <= 0 first, then the limit
+                if size <= 0:
+                    raise ProtocolError(code, f"{name} invalid message body size {size}")
+                raise ProtocolError(code, f"{name} message too big {size} > {limit}")
+            if size > limit:  # IDENTIFY/AUTH check the limit first
+                raise ProtocolError(code, f"{name} body too big {size} > {limit}")
+            raise ProtocolError(code, f"{name} invalid body size {size}")
+        assert command.body is not None
+        return command.body

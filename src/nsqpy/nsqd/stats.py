@@ -1,0 +1,297 @@
+"""/stats in Go's JSON shape and text layout (nsqd/stats.go, nsqd/http.go printStats)."""
+
+from __future__ import annotations
+
+import gc
+import random
+import resource
+import time
+from typing import TYPE_CHECKING, Any
+
+from .. import NSQ_VERSION
+from ..internal.durations import format_duration
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .client_v2 import ClientV2
+    from .nsqd import NSQD
+    from .topic import Topic
+
+#: Samples kept per half window; enough for stable tail percentiles at bounded memory.
+E2E_SAMPLES_PER_HALF = 4096
+
+
+class E2EStream:
+    """End-to-end latency percentiles over a rolling window made of two halves.
+
+    Go keeps two biased-quantile streams and resets the older one every window/2. We keep two
+    bounded reservoir samples with the same rotation; quantiles are computed when queried.
+    """
+
+    __slots__ = ("_count", "_current", "_previous", "_rotated_at", "_seen", "half", "quantiles")
+
+    def __init__(self, window: float, quantiles: list[float]) -> None:
+        self.half = window / 2
+        self.quantiles = sorted(quantiles, reverse=True)
+        self._current: list[int] = []
+        self._previous: list[int] = []
+        self._seen = 0
+        self._count = 0
+        self._rotated_at = time.monotonic()
+
+    def insert(self, value_ns: int) -> None:
+        now = time.monotonic()
+        if now - self._rotated_at >= self.half:
+            self._previous, self._current = self._current, []
+            self._seen = 0
+            self._rotated_at = now
+        self._count += 1
+        self._seen += 1
+        if len(self._current) < E2E_SAMPLES_PER_HALF:
+            self._current.append(value_ns)
+        else:
+            slot = random.randrange(self._seen)
+            if slot < E2E_SAMPLES_PER_HALF:
+                self._current[slot] = value_ns
+
+    def samples(self) -> list[int]:
+        return self._current + self._previous
+
+    def count(self) -> int:
+        return len(self._current) + len(self._previous)
+
+
+def e2e_result(streams: list[E2EStream], quantiles: list[float]) -> dict[str, Any]:
+    if not quantiles:
+        return {"count": 0, "percentiles": None}
+    samples: list[int] = []
+    for stream in streams:
+        samples.extend(stream.samples())
+    samples.sort()
+    if not samples:
+        return {"count": 0, "percentiles": None}
+    percentiles = []
+    for q in sorted(quantiles, reverse=True):
+        index = min(len(samples) - 1, max(0, round(q * len(samples)) - 1))
+        percentiles.append({"quantile": q, "value": float(samples[index])})
+    return {"count": len(samples), "percentiles": percentiles}
+
+
+def client_stats(client: ClientV2, topic_filter: str = "") -> dict[str, Any]:
+    stats: dict[str, Any] = {
+        "client_id": client.client_id,
+        "hostname": client.hostname,
+        "version": "V2",
+        "remote_address": client.remote_address,
+        "state": client.state,
+        "ready_count": client.ready_count,
+        "in_flight_count": client.in_flight_count,
+        "message_count": client.message_count,
+        "finish_count": client.finish_count,
+        "requeue_count": client.requeue_count,
+        "connect_ts": client.connect_ts,
+        "sample_rate": client.sample_rate,
+        "deflate": client.deflate,
+        "snappy": client.snappy,
+        "user_agent": client.user_agent,
+    }
+    auth = client.auth_state
+    if auth is not None:
+        stats["authed"] = True
+        identity = getattr(auth, "identity", "")
+        identity_url = getattr(auth, "identity_url", "")
+        if identity:
+            stats["auth_identity"] = identity
+        if identity_url:
+            stats["auth_identity_url"] = identity_url
+    for topic, count in client.pub_counts.items():  # Go reports at most one (an early break)
+        if topic_filter and topic != topic_filter:
+            continue
+        stats["pub_counts"] = [{"topic": topic, "count": count}]
+        break
+    stats.update(client.tls_stats())
+    return stats
+
+
+def channel_stats(nsqd: NSQD, channel: Channel, include_clients: bool) -> dict[str, Any]:
+    clients = None
+    if include_clients:
+        clients = [client_stats(c) for c in sorted(channel.clients.values(), key=lambda c: c.id)]
+    quantiles = nsqd.options.e2e_processing_latency_percentiles
+    e2e = [channel.e2e] if channel.e2e is not None else []
+    return {
+        "channel_name": channel.name,
+        "depth": channel.depth(),
+        "backend_depth": channel.backend.depth(),
+        "in_flight_count": len(channel.in_flight),
+        "deferred_count": len(channel.deferred),
+        "message_count": channel.message_count,
+        "requeue_count": channel.requeue_count,
+        "timeout_count": channel.timeout_count,
+        "client_count": len(channel.clients),
+        "clients": clients,
+        "paused": channel.paused,
+        "e2e_processing_latency": e2e_result(e2e, quantiles),
+    }
+
+
+def topic_stats(
+    nsqd: NSQD, topic: Topic, channel_filter: str, include_clients: bool
+) -> dict[str, Any] | None:
+    channels = sorted(topic.channels.values(), key=lambda c: c.name)
+    if channel_filter:
+        channels = [c for c in channels if c.name == channel_filter]
+        if not channels:
+            return None
+    quantiles = nsqd.options.e2e_processing_latency_percentiles
+    streams = [c.e2e for c in topic.channels.values() if c.e2e is not None]
+    return {
+        "topic_name": topic.name,
+        "channels": [channel_stats(nsqd, c, include_clients) for c in channels],
+        "depth": topic.depth(),
+        "backend_depth": topic.backend.depth(),
+        "message_count": topic.message_count,
+        "message_bytes": topic.message_bytes,
+        "paused": topic.paused,
+        "e2e_processing_latency": e2e_result(streams, quantiles),
+    }
+
+
+def get_stats(
+    nsqd: NSQD, topic_filter: str, channel_filter: str, include_clients: bool
+) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+    """(topics, producers) with Go's null/empty rules."""
+    if topic_filter:
+        topic = nsqd.topics.get(topic_filter)
+        if topic is None:
+            return None, None
+        topics = [topic]
+    else:
+        topics = sorted(nsqd.topics.values(), key=lambda t: t.name)
+    topic_list = []
+    for topic in topics:
+        stats = topic_stats(nsqd, topic, channel_filter, include_clients)
+        if stats is not None:
+            topic_list.append(stats)
+    producers: list[dict[str, Any]] | None = None
+    if include_clients:
+        producers = [
+            client_stats(c, topic_filter)
+            for c in sorted(nsqd.clients.values(), key=lambda c: c.id)
+            if c.pub_counts and (not topic_filter or topic_filter in c.pub_counts)
+        ] or None
+    return topic_list, producers
+
+
+def memory_stats() -> dict[str, int]:
+    """Go-runtime keys filled with the nearest Python figures."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    collections = sum(s["collections"] for s in gc.get_stats())
+    return {
+        "heap_objects": 0,
+        "heap_idle_bytes": 0,
+        "heap_in_use_bytes": usage.ru_maxrss * 1024,
+        "heap_released_bytes": 0,
+        "gc_pause_usec_100": 0,
+        "gc_pause_usec_99": 0,
+        "gc_pause_usec_95": 0,
+        "next_gc_bytes": 0,
+        "gc_total_runs": collections,
+    }
+
+
+def _e2e_text(result: dict[str, Any]) -> str:
+    if not result["percentiles"]:
+        return ""
+    parts = []
+    for item in result["percentiles"]:
+        parts.append(f"{_human_ns(item['value'])}")
+    return ", ".join(parts)
+
+
+def _human_ns(value: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if value >= scale:
+            return f"{value / scale:0.1f}{unit}"
+    return f"{value:0.1f}ns"
+
+
+def _client_line(stats: dict[str, Any]) -> str:
+    connected = format_duration(max(0, int(time.time()) - stats["connect_ts"]))
+    port = stats["remote_address"].rpartition(":")[2]
+    ident = f"{stats['hostname']}:{port} {stats['user_agent']}"
+    pub_counts = stats.get("pub_counts")
+    if pub_counts:
+        total = sum(p["count"] for p in pub_counts)
+        topics = ",".join(f"{p['topic']}={p['count']}" for p in pub_counts)
+        return f"[V2 {ident:<21}] msgs: {total:<8} topics: {topics} connected: {connected}"
+    return (
+        f"[V2 {ident:<21}] state: {stats['state']} inflt: {stats['in_flight_count']:<4} "
+        f"rdy: {stats['ready_count']:<4} fin: {stats['finish_count']:<8} "
+        f"re-q: {stats['requeue_count']:<8} msgs: {stats['message_count']:<8} "
+        f"connected: {connected}"
+    )
+
+
+def stats_text(
+    nsqd: NSQD,
+    version_line: str,
+    topics: list[dict[str, Any]] | None,
+    producers: list[dict[str, Any]] | None,
+    memory: dict[str, int] | None,
+) -> str:
+    uptime = format_duration(time.time() - nsqd.start_time)
+    start = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(nsqd.start_time))
+    start = start[:-2] + ":" + start[-2:] if start[-5] in "+-" else start
+    start = start.replace("+00:00", "Z")
+    out = [f"{version_line}\n", f"start_time {start}\n", f"uptime {uptime}\n"]
+    out.append(f"\nHealth: {nsqd.health}\n")
+    if memory is not None:
+        out.append("\nMemory:\n")
+        out.extend(f"   {key:<25}\t{value}\n" for key, value in memory.items())
+    if not topics:
+        out.append("\nTopics: None\n")
+    else:
+        out.append("\nTopics:")
+    for t in topics or []:
+        prefix = "*P " if t["paused"] else "   "
+        out.append(
+            f"\n{prefix}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
+            f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} "
+            f"e2e%: {_e2e_text(t['e2e_processing_latency'])}\n"
+        )
+        for c in t["channels"]:
+            prefix = "   *P " if c["paused"] else "      "
+            out.append(
+                f"{prefix}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
+                f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
+                f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
+                f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} "
+                f"e2e%: {_e2e_text(c['e2e_processing_latency'])}\n"
+            )
+            out.extend(f"        {_client_line(client)}\n" for client in c["clients"] or [])
+    if not producers:
+        out.append("\nProducers: None\n")
+    else:
+        out.append("\nProducers:\n")
+        out.extend(f"   {_client_line(p)}\n" for p in producers)
+    return "".join(out)
+
+
+def stats_json(
+    topics: list[dict[str, Any]] | None,
+    producers: list[dict[str, Any]] | None,
+    memory: dict[str, int] | None,
+    health: str,
+    start_time: int,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "version": NSQ_VERSION,
+        "health": health,
+        "start_time": start_time,
+        "topics": topics,
+    }
+    if memory is not None:
+        body["memory"] = memory
+    body["producers"] = producers
+    return body

@@ -1,0 +1,207 @@
+"""A topic: accepts published messages and gives every channel its own copy (nsqd/topic.go).
+
+Go moves messages from the topic to its channels in a pump goroutine. Here fan-out happens at
+publish time when the topic has channels and is not paused; otherwise messages wait in the
+topic's memory queue or backend and are drained when a channel appears or on unpause.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..protocol.names import is_ephemeral
+from .backend import Backend
+from .channel import Channel
+from .guid import GUIDFactory
+from .message import Message, message_from_bytes
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+#: Messages moved per event-loop turn when draining a backlog into channels.
+DRAIN_BATCH = 1000
+
+
+class TopicError(Exception):
+    pass
+
+
+class Topic:
+    __slots__ = (
+        "_channel_list",
+        "_draining",
+        "backend",
+        "channels",
+        "ephemeral",
+        "exiting",
+        "guid",
+        "mem_capacity",
+        "memory_queue",
+        "message_bytes",
+        "message_count",
+        "name",
+        "nsqd",
+        "paused",
+    )
+
+    def __init__(self, name: str, nsqd: NSQD, backend: Backend) -> None:
+        self.name = name
+        self.nsqd = nsqd
+        self.ephemeral = is_ephemeral(name)
+        self.mem_capacity = nsqd.options.mem_queue_size
+        self.memory_queue: deque[Message] = deque()
+        self.backend = backend
+        self.channels: dict[str, Channel] = {}
+        self._channel_list: list[Channel] = []
+        self.guid = GUIDFactory(nsqd.options.node_id)
+        self.paused = False
+        self.exiting = False
+        self.message_count = 0
+        self.message_bytes = 0
+        self._draining = False
+
+    # ------------------------------------------------------------------ channels
+
+    def get_channel(self, name: str) -> Channel:
+        channel = self.channels.get(name)
+        if channel is None:
+            channel = self.nsqd.new_channel(self, name)
+            self.channels[name] = channel
+            self._channel_list = list(self.channels.values())
+            self.nsqd.channel_created(self, channel)
+            self._schedule_drain()
+        return channel
+
+    def get_existing_channel(self, name: str) -> Channel | None:
+        return self.channels.get(name)
+
+    def delete_existing_channel(self, name: str) -> None:
+        channel = self.channels.pop(name, None)
+        if channel is None:
+            raise TopicError("channel does not exist")
+        self._channel_list = list(self.channels.values())
+        self.nsqd.channel_deleted(self, channel)
+        channel.delete()
+        if not self.channels and self.ephemeral:
+            self.nsqd.loop.call_soon(self.nsqd.delete_ephemeral_topic, self)
+
+    def delete_channel_if_unused(self, channel: Channel) -> None:
+        """Ephemeral channels go when their last consumer does."""
+        if self.channels.get(channel.name) is channel and not channel.clients:
+            self.delete_existing_channel(channel.name)
+
+    # ------------------------------------------------------------------ publishing
+
+    def new_message(self, body: bytes) -> Message:
+        return Message(self.guid.new_id(), body, self.nsqd.wall_ns())
+
+    def put_message(self, msg: Message) -> None:
+        if self.exiting:
+            raise TopicError("exiting")
+        self._put(msg)
+        self.message_count += 1
+        self.message_bytes += len(msg.body)
+
+    def put_messages(self, msgs: list[Message]) -> None:
+        if self.exiting:
+            raise TopicError("exiting")
+        total = 0
+        try:
+            for count, msg in enumerate(msgs):  # noqa: B007 - count is used on failure
+                self._put(msg)
+                total += len(msg.body)
+        except Exception:
+            self.message_count += count
+            self.message_bytes += total
+            raise
+        self.message_count += len(msgs)
+        self.message_bytes += total
+
+    def _put(self, msg: Message) -> None:
+        if self._channel_list and not self.paused and not self._draining:
+            self._fan_out(msg)
+            return
+        if self.mem_capacity > 0 or self.ephemeral or msg.deferred:
+            if len(self.memory_queue) < self.mem_capacity:
+                self.memory_queue.append(msg)
+                return
+            if self.ephemeral:
+                return  # Go's dummy backend: overflow is dropped
+        self.nsqd.write_to_backend(self.backend, msg, f"TOPIC({self.name})")
+
+    def _fan_out(self, msg: Message) -> None:
+        channels = self._channel_list
+        first = True
+        for channel in channels:
+            copy = msg if first else msg.copy()
+            first = False
+            if copy.deferred:
+                channel.put_message_deferred(copy, copy.deferred)
+            else:
+                channel.put_message(copy)
+
+    # ------------------------------------------------------------------ backlog
+
+    def _schedule_drain(self) -> None:
+        if self._draining or not self._channel_list or self.paused:
+            return
+        if not self.memory_queue and self.backend.depth() == 0:
+            return
+        self._draining = True
+        self.nsqd.loop.call_soon(self._drain_some)
+
+    def _drain_some(self) -> None:
+        """Move a batch of the backlog to the channels, yielding between batches."""
+        if self.exiting or self.paused or not self._channel_list:
+            self._draining = False
+            return
+        for _ in range(DRAIN_BATCH):
+            if self.memory_queue:
+                msg = self.memory_queue.popleft()
+            else:
+                data = self.backend.get()
+                if data is None:
+                    self._draining = False
+                    return
+                try:
+                    msg = message_from_bytes(data)
+                except ValueError as exc:
+                    self.nsqd.logger.error(f"failed to decode message - {exc}")
+                    continue
+            self._fan_out(msg)
+        self.nsqd.loop.call_soon(self._drain_some)
+
+    # ------------------------------------------------------------------ state
+
+    def depth(self) -> int:
+        return len(self.memory_queue) + self.backend.depth()
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def unpause(self) -> None:
+        self.paused = False
+        self._schedule_drain()
+
+    def empty(self) -> None:
+        self.memory_queue.clear()
+        self.backend.empty()
+
+    def delete(self) -> None:
+        self.exiting = True
+        for name in list(self.channels):
+            channel = self.channels.pop(name)
+            self.nsqd.channel_deleted(self, channel)
+            channel.delete()
+        self._channel_list = []
+        self.empty()
+        self.backend.delete()
+
+    def close(self) -> None:
+        """Clean shutdown: channels persist their messages, then the topic persists its own."""
+        self.exiting = True
+        for channel in self._channel_list:
+            channel.close()
+        self.nsqd.flush_topic_to_backend(self)
+        self.backend.close()

@@ -31,6 +31,8 @@ NOP = b"NOP"
 #: Go reads command lines through a 16 KiB bufio.Reader; a longer line closes the connection.
 MAX_LINE_LENGTH = 16 * 1024
 
+_UINT64 = 1 << 64
+
 
 # --------------------------------------------------------------------------- client encoders
 
@@ -128,7 +130,15 @@ class Command:
 
 
 class LineTooLong(Exception):
-    """The peer sent a command line longer than Go's read buffer; Go just closes."""
+    """The peer sent a command line longer than Go's read buffer; Go just closes.
+
+    ``commands`` holds the complete commands that preceded the long line in the same feed: Go
+    executes those before it fails to read the next line.
+    """
+
+    def __init__(self, commands: list[Command] | None = None) -> None:
+        super().__init__("failed to read command - line too long")
+        self.commands: list[Command] = commands or []
 
 
 class CommandParser:
@@ -185,10 +195,12 @@ class CommandParser:
                 self._pending = None
                 commands.append(Command(name, params, body))
                 continue
-            nl = buf.find(b"\n", pos)
+            # Go's bufio.ReadSlice fails once MAX_LINE_LENGTH bytes hold no newline
+            nl = buf.find(b"\n", pos, pos + MAX_LINE_LENGTH)
             if nl < 0:
-                if end - pos > MAX_LINE_LENGTH:
-                    raise LineTooLong
+                if end - pos >= MAX_LINE_LENGTH:
+                    del buf[:pos]
+                    raise LineTooLong(commands)
                 break
             line_end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl  # strip a trailing \r
             parts = bytes(buf[pos:line_end]).split(b" ")
@@ -232,8 +244,12 @@ def parse_mpub_body(body: bytes, max_msg_size: int, max_body_size: int) -> list[
 
 
 def parse_base10(raw: bytes) -> int | None:
-    """Go's ByteToBase10: ASCII digits only (empty is 0); anything else is None."""
+    """Go's ByteToBase10: ASCII digits only (empty is 0); anything else is None.
+
+    Go accumulates in a uint64 that silently wraps, so the result is taken modulo 2**64; Go
+    callers then convert it to int64 (``RDY 18446744073709551615`` reports count -1).
+    """
     if raw and not raw.isdigit():
         return None
     # isdigit() accepts only ASCII digits for bytes
-    return int(raw) if raw else 0
+    return int(raw) % _UINT64 if raw else 0

@@ -30,7 +30,8 @@ class Channel:
     __slots__ = (
         "_client_list",
         "_deferred_pq",
-        "_in_flight_pq",
+        "_in_flight_capped",
+        "_in_flight_groups",
         "_rr",
         "backend",
         "clients",
@@ -62,7 +63,8 @@ class Channel:
         self._client_list: list[ClientV2] = []
         self._rr = 0
         self.in_flight: dict[bytes, Message] = {}
-        self._in_flight_pq: list[tuple[float, bytes, Message]] = []
+        self._in_flight_groups: dict[float, dict[bytes, Message]] = {}
+        self._in_flight_capped: list[tuple[float, bytes, Message]] = []
         self.deferred: dict[bytes, Message] = {}
         self._deferred_pq: list[tuple[float, bytes, Message]] = []
         self.paused = False
@@ -165,13 +167,23 @@ class Channel:
         self.nsqd.write_to_backend(self.backend, msg, f"CHANNEL({self.name})")
 
     # ------------------------------------------------------------------ in flight
+    #
+    # In-flight messages are kept in insertion-ordered dicts, one per client msg_timeout: within
+    # one dict deadlines (delivery time + that timeout) are in insertion order, so FIN is an O(1)
+    # delete and the timeout scan reads each dict from its head. A TOUCH capped by
+    # --max-msg-timeout can break that order; those few go to a small heap instead.
 
     def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> None:
+        timeout = client.msg_timeout
         msg.client = client
         msg.delivery_ts = now
-        msg.pri = now + client.msg_timeout
+        msg.pri = now + timeout
         self.in_flight[msg.id] = msg
-        heapq.heappush(self._in_flight_pq, (msg.pri, msg.id, msg))
+        group = self._in_flight_groups.get(timeout)
+        if group is None:
+            group = self._in_flight_groups[timeout] = {}
+        group[msg.id] = msg
+        msg.group = group
 
     def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
         msg = self.in_flight.get(msg_id)
@@ -180,16 +192,11 @@ class Channel:
         if msg.client is not client:
             raise ChannelError("client does not own message")
         del self.in_flight[msg_id]
-        self._compact_in_flight()
+        group = msg.group
+        if group is not None:
+            del group[msg_id]
+            msg.group = None
         return msg
-
-    def _compact_in_flight(self) -> None:
-        # Finished messages leave stale heap entries; rebuild before they dominate the heap.
-        pq = self._in_flight_pq
-        if len(pq) > 2 * len(self.in_flight) + 256:
-            live = [(m.pri, m.id, m) for m in self.in_flight.values()]
-            heapq.heapify(live)
-            self._in_flight_pq = live
 
     def finish_message(self, client: ClientV2, msg_id: bytes) -> None:
         msg = self._pop_in_flight(client, msg_id)
@@ -210,31 +217,44 @@ class Channel:
 
     def touch_message(self, client: ClientV2, msg_id: bytes, now: float) -> None:
         msg = self._pop_in_flight(client, msg_id)
-        max_timeout = self.nsqd.options.max_msg_timeout
-        deadline = now + client.msg_timeout
-        if deadline - msg.delivery_ts >= max_timeout:
-            deadline = msg.delivery_ts + max_timeout
-        msg.pri = deadline
+        msg.client = client
         self.in_flight[msg_id] = msg
-        heapq.heappush(self._in_flight_pq, (deadline, msg_id, msg))
+        timeout = client.msg_timeout
+        max_timeout = self.nsqd.options.max_msg_timeout
+        if now + timeout - msg.delivery_ts >= max_timeout:
+            msg.pri = msg.delivery_ts + max_timeout
+            heapq.heappush(self._in_flight_capped, (msg.pri, msg_id, msg))
+            return
+        msg.pri = now + timeout
+        group = self._in_flight_groups.setdefault(timeout, {})
+        group[msg_id] = msg
+        msg.group = group
 
     def process_in_flight_queue(self, now: float) -> bool:
         """Requeue timed-out messages; True if any timed out (the channel was dirty)."""
-        pq = self._in_flight_pq
-        dirty = False
-        while pq and pq[0][0] <= now:
-            pri, msg_id, msg = heapq.heappop(pq)
-            if self.in_flight.get(msg_id) is not msg or msg.pri != pri:
-                continue  # finished, requeued or touched since
-            dirty = True
-            del self.in_flight[msg_id]
+        expired: list[Message] = []
+        for group in self._in_flight_groups.values():
+            for msg in group.values():
+                if msg.pri > now:
+                    break
+                expired.append(msg)
+        capped = self._in_flight_capped
+        while capped and capped[0][0] <= now:
+            pri, msg_id, msg = heapq.heappop(capped)
+            if self.in_flight.get(msg_id) is msg and msg.group is None and msg.pri == pri:
+                expired.append(msg)
+        for msg in expired:
+            del self.in_flight[msg.id]
+            if msg.group is not None:
+                del msg.group[msg.id]
+                msg.group = None
             self.timeout_count += 1
             owner = msg.client
             msg.client = None
             if owner is not None:
                 owner.timed_out_message()
             self.put(msg)
-        return dirty
+        return bool(expired)
 
     # ------------------------------------------------------------------ deferred
 
@@ -271,7 +291,8 @@ class Channel:
     def empty(self) -> None:
         """Discard queued, in-flight and deferred messages (HTTP /channel/empty)."""
         self.in_flight.clear()
-        self._in_flight_pq = []
+        self._in_flight_groups = {}
+        self._in_flight_capped = []
         self.deferred.clear()
         self._deferred_pq = []
         for client in self._client_list:

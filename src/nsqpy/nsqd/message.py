@@ -18,7 +18,17 @@ FRAME_TYPE_MESSAGE = 2
 class Message:
     """One message in one channel (each channel gets its own copy from the topic)."""
 
-    __slots__ = ("attempts", "body", "client", "deferred", "delivery_ts", "id", "pri", "timestamp")
+    __slots__ = (
+        "attempts",
+        "body",
+        "client",
+        "deferred",
+        "delivery_ts",
+        "group",
+        "id",
+        "pri",
+        "timestamp",
+    )
 
     def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0) -> None:
         self.id = msg_id
@@ -29,6 +39,7 @@ class Message:
         self.client: ClientV2 | None = None  # owner while in flight
         self.delivery_ts = 0.0  # monotonic seconds
         self.pri = 0.0  # in-flight deadline or deferred due time, monotonic seconds
+        self.group: dict[bytes, Message] | None = None  # the in-flight group holding it
 
     def copy(self) -> Message:
         clone = Message(self.id, self.body, self.timestamp, self.attempts)

@@ -19,8 +19,7 @@ _PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 def parse_duration(text: str) -> float:
     """Parse a Go duration string into seconds; raises ValueError like Go's ParseDuration."""
-    raw = text
-    text = text.strip()
+    raw = text  # no whitespace stripping: Go rejects " 60s"
     sign = 1.0
     if text[:1] in "+-" and text:
         sign = -1.0 if text[0] == "-" else 1.0

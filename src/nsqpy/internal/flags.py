@@ -91,6 +91,15 @@ def parse_tls_required(text: str) -> int:
     return TLS_REQUIRED_ALL if parse_bool(text) else TLS_NOT_REQUIRED
 
 
+def _parse_go_int(text: str) -> int:
+    """strconv.ParseInt(text, 0, 64): like Python's base 0, plus C-style octal ``010``."""
+    digits = text.lstrip("+-")
+    if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
+        value = int(digits, 8)
+        return -value if text.startswith("-") else value
+    return int(text, 0)
+
+
 def _parse_float_list(text: str) -> list[float]:
     return [float(part) for part in text.split(",")]
 
@@ -99,7 +108,7 @@ def parse_value(kind: str, text: str) -> Any:
     if kind == STR:
         return text
     if kind == INT:
-        return int(text, 0)
+        return _parse_go_int(text)
     if kind == BOOL:
         return parse_bool(text)
     if kind == DURATION:

@@ -19,9 +19,9 @@ _BY_NAME = {"DEBUG": DEBUG, "INFO": INFO, "WARN": WARN, "WARNING": WARN, "ERROR"
 def parse_level(text: str) -> int:
     """Parse ``--log-level`` (case-insensitive ``debug|info|warn|error|fatal``)."""
     try:
-        return _PARSE[text.strip().lower()]
+        return _PARSE[text.lower()]
     except KeyError:
-        raise ValueError(f"invalid log level '{text}'") from None
+        raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)") from None
 
 
 def level_name(level: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .. import NSQ_VERSION
 from ..internal import lg
 from ..protocol import ProtocolError, is_valid_name
+from . import metadata
 from .backend import Backend, MemoryBackend, NullBackend
 from .channel import Channel
 from .client_v2 import ClientV2
@@ -93,6 +95,13 @@ class NSQD:
         self._http_runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        self.data_path = options.data_path or os.getcwd()
+        self._dir_lock = metadata.DirLock(self.data_path)
+        self._loading = False
+        self._persist_scheduled = False
+        # One worker keeps metadata writes (and their fsync) ordered and off the event loop.
+        self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nsqd-io")
+        self._persisting: asyncio.Future[None] | None = None
         self._validate()
 
     def _validate(self) -> None:
@@ -121,8 +130,18 @@ class NSQD:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        """Go's New + LoadMetadata + PersistMetadata + Main: lock, load, listen."""
         self.loop = asyncio.get_running_loop()
         opts = self.options
+        try:
+            self._dir_lock.lock()
+        except OSError as exc:
+            raise NSQDError(f"failed to lock data-path: {exc}") from None
+        try:
+            self.load_metadata()
+        except ValueError as exc:
+            raise NSQDError(str(exc)) from None
+        self._write_metadata_now()
         try:
             tcp_sock = bind_socket(opts.tcp_address)
         except OSError as exc:
@@ -178,12 +197,16 @@ class NSQD:
         if self._http_runner is not None:
             self.logger.info(f"HTTP: closing {self.http_listen}")
             await self._http_runner.cleanup()
-        self.persist_metadata()
+        if self._persisting is not None:
+            await self._persisting
+        self._write_metadata_now()
         for topic in list(self.topics.values()):
             topic.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._io.shutdown(wait=True)
+        self._dir_lock.unlock()
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
@@ -225,21 +248,73 @@ class NSQD:
     def new_backend(self, queue_name: str, ephemeral: bool) -> Backend:
         return NullBackend() if ephemeral else MemoryBackend()
 
-    # Hooks for lookupd registration and metadata persistence.
+    # ------------------------------------------------------------------ notifications
+
     def topic_created(self, topic: Topic) -> None:
-        pass
+        if not topic.ephemeral:
+            self.persist_metadata()
 
     def topic_deleted(self, topic: Topic) -> None:
-        pass
+        if not topic.ephemeral:
+            self.persist_metadata()
 
     def channel_created(self, topic: Topic, channel: Channel) -> None:
-        pass
+        if not channel.ephemeral and not topic.ephemeral:
+            self.persist_metadata()
 
     def channel_deleted(self, topic: Topic, channel: Channel) -> None:
-        pass
+        if not channel.ephemeral and not topic.ephemeral:
+            self.persist_metadata()
+
+    # ------------------------------------------------------------------ metadata
+
+    @property
+    def metadata_path(self) -> str:
+        return os.path.join(self.data_path, metadata.METADATA_FILE)
+
+    def load_metadata(self) -> None:
+        """Recreate topics, channels and pause state from ``nsqd.dat``."""
+        self._loading = True
+        try:
+            for entry in metadata.load(self.metadata_path):
+                if not is_valid_name(entry.name):
+                    self.logger.warn(f"skipping creation of invalid topic {entry.name}")
+                    continue
+                topic = self.get_topic(entry.name)
+                if entry.paused:
+                    topic.pause()
+                for meta in entry.channels:
+                    if not is_valid_name(meta.name):
+                        self.logger.warn(f"skipping creation of invalid channel {meta.name}")
+                        continue
+                    channel = topic.get_channel(meta.name)
+                    if meta.paused:
+                        channel.pause()
+        finally:
+            self._loading = False
 
     def persist_metadata(self) -> None:
-        pass
+        """Schedule one write of ``nsqd.dat`` for this event-loop turn (off the loop)."""
+        if self._loading or self.exiting or self._persist_scheduled:
+            return
+        self._persist_scheduled = True
+        self.loop.call_soon(self._persist_soon)
+
+    def _persist_soon(self) -> None:
+        self._persist_scheduled = False
+        data = metadata.snapshot(list(self.topics.values()))
+        future = self.loop.run_in_executor(self._io, self._write_metadata, data)
+        self._persisting = asyncio.ensure_future(future)
+
+    def _write_metadata(self, data: bytes) -> None:
+        try:
+            metadata.write_atomically(self.metadata_path, data)
+        except OSError as exc:
+            self.logger.error(f"failed to persist metadata - {exc}")
+
+    def _write_metadata_now(self) -> None:
+        self.logger.info(f"NSQ: persisting topic/channel metadata to {self.metadata_path}")
+        self._write_metadata(metadata.snapshot(list(self.topics.values())))
 
     def lookupd_addresses_changed(self) -> None:
         pass

@@ -6,12 +6,14 @@ Ephemeral topics and channels use :class:`NullBackend`, which drops (as Go's doe
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
 
 
 class Backend(Protocol):
+    @property
+    def name(self) -> str: ...
+
     def put(self, data: bytes) -> None: ...
     def put_many(self, records: Sequence[bytes]) -> None: ...
     def get(self) -> bytes | None: ...
@@ -23,6 +25,8 @@ class Backend(Protocol):
 
 class NullBackend:
     """Go's ``newDummyBackendQueue``: accepts and discards; never has anything to read."""
+
+    name = ""
 
     def put(self, data: bytes) -> None:
         pass
@@ -41,34 +45,6 @@ class NullBackend:
 
     def delete(self) -> None:
         pass
-
-    def close(self) -> None:
-        pass
-
-
-class MemoryBackend:
-    """An unbounded in-process overflow queue (used when no data path persistence is wanted)."""
-
-    def __init__(self) -> None:
-        self._items: deque[bytes] = deque()
-
-    def put(self, data: bytes) -> None:
-        self._items.append(data)
-
-    def put_many(self, records: Sequence[bytes]) -> None:
-        self._items.extend(records)
-
-    def get(self) -> bytes | None:
-        return self._items.popleft() if self._items else None
-
-    def depth(self) -> int:
-        return len(self._items)
-
-    def empty(self) -> None:
-        self._items.clear()
-
-    def delete(self) -> None:
-        self._items.clear()
 
     def close(self) -> None:
         pass

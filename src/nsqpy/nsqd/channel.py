@@ -47,6 +47,7 @@ class Channel:
         "nsqd",
         "paused",
         "requeue_count",
+        "skip_ids",
         "timeout_count",
         "topic",
     )
@@ -73,6 +74,8 @@ class Channel:
         self.requeue_count = 0
         self.timeout_count = 0
         self.e2e = nsqd.new_e2e_stream()
+        # IDs of deferred messages restored at start-up whose disk copies must be skipped.
+        self.skip_ids: set[bytes] = set()
 
     # ------------------------------------------------------------------ consumers
 
@@ -124,8 +127,12 @@ class Channel:
             if data is None:
                 break
             decoded = self._decode(data)
-            if decoded is not None:
-                client.send_message(self, decoded)
+            if decoded is None:
+                continue
+            if self.skip_ids and decoded.id in self.skip_ids:
+                self.skip_ids.discard(decoded.id)
+                continue
+            client.send_message(self, decoded)
         client.after_deliveries()
 
     def pump_all(self) -> None:
@@ -279,7 +286,8 @@ class Channel:
     # ------------------------------------------------------------------ state
 
     def depth(self) -> int:
-        return len(self.memory_queue) + self.backend.depth()
+        # restored deferred messages still have a disk copy that will be skipped
+        return len(self.memory_queue) + self.backend.depth() - len(self.skip_ids)
 
     def pause(self) -> None:
         self.paused = True
@@ -316,7 +324,10 @@ class Channel:
         self.exiting = True
         self.close_clients()
         self.nsqd.flush_channel_to_backend(self)
-        self.backend.close()
+        self.nsqd.close_backend(self.backend, f"CHANNEL({self.name})")
+
+    def restore_deferred(self, msg: Message, remaining: float) -> None:
+        self.start_deferred_timeout(msg, remaining)
 
     def messages_to_persist(self) -> list[Message]:
         """Memory, in-flight and deferred messages, in Go's shutdown order (§6.3)."""

@@ -216,6 +216,10 @@ class DiskQueue:
 
     # ----------------------------------------------------------------------------- public API
 
+    @property
+    def name(self) -> str:
+        return self._name
+
     def depth(self) -> int:
         return self._depth
 

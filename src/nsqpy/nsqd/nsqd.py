@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
 from ..internal import lg
-from ..protocol import ProtocolError, is_valid_name
-from . import metadata
-from .backend import Backend, MemoryBackend, NullBackend
+from ..protocol import MESSAGE_HEADER_LENGTH, ProtocolError, is_valid_name
+from . import deferred_store, metadata
+from .backend import Backend, NullBackend
 from .channel import Channel
 from .client_v2 import ClientV2
+from .deferred_store import DeferredRecord
+from .diskqueue import DiskQueue, DiskQueueError
 from .options import HOSTNAME, Options
 from .protocol_v2 import ProtocolV2
 from .topic import Topic, TopicError
@@ -102,6 +104,7 @@ class NSQD:
         # One worker keeps metadata writes (and their fsync) ordered and off the event loop.
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nsqd-io")
         self._persisting: asyncio.Future[None] | None = None
+        self._deferred_records: dict[str, DeferredRecord] = {}
         self._validate()
 
     def _validate(self) -> None:
@@ -142,6 +145,7 @@ class NSQD:
         except ValueError as exc:
             raise NSQDError(str(exc)) from None
         self._write_metadata_now()
+        self.restore_deferred()
         try:
             tcp_sock = bind_socket(opts.tcp_address)
         except OSError as exc:
@@ -157,6 +161,7 @@ class NSQD:
         if opts.http_address:
             await self._start_http(opts.http_address)
         self._tasks.append(self.loop.create_task(self._queue_scan_loop()))
+        self._tasks.append(self.loop.create_task(self._sync_loop()))
 
     async def _start_http(self, address: str) -> None:
         from aiohttp import web
@@ -200,11 +205,12 @@ class NSQD:
         if self._persisting is not None:
             await self._persisting
         self._write_metadata_now()
-        for topic in list(self.topics.values()):
-            topic.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for topic in list(self.topics.values()):
+            topic.close()
+        self._save_deferred()
         self._io.shutdown(wait=True)
         self._dir_lock.unlock()
         self._stopped.set()
@@ -246,7 +252,38 @@ class NSQD:
         return channel
 
     def new_backend(self, queue_name: str, ephemeral: bool) -> Backend:
-        return NullBackend() if ephemeral else MemoryBackend()
+        if ephemeral:
+            return NullBackend()
+        opts = self.options
+        return DiskQueue(
+            queue_name,
+            self.data_path,
+            opts.max_bytes_per_file,
+            MESSAGE_HEADER_LENGTH,
+            opts.max_msg_size + MESSAGE_HEADER_LENGTH,
+            opts.sync_every,
+            opts.sync_timeout,
+            self.logger,
+        )
+
+    def backends(self) -> list[Backend]:
+        queues: list[Backend] = []
+        for topic in self.topics.values():
+            queues.append(topic.backend)
+            queues.extend(channel.backend for channel in topic.channels.values())
+        return queues
+
+    async def _sync_loop(self) -> None:
+        """fsync disk queues when due (sync_every or sync_timeout), in worker threads."""
+        interval = max(0.001, min(self.options.sync_timeout, 0.1))
+        while True:
+            await asyncio.sleep(interval)
+            due = [q for q in self.backends() if isinstance(q, DiskQueue) and q.sync_due()]
+            if due:
+                results = await asyncio.gather(*(q.sync() for q in due), return_exceptions=True)
+                for result in results:
+                    if isinstance(result, BaseException):
+                        self.logger.error(f"failed to sync disk queue - {result}")
 
     # ------------------------------------------------------------------ notifications
 
@@ -324,7 +361,7 @@ class NSQD:
     def write_to_backend(self, backend: Backend, msg: Message, context: str) -> None:
         try:
             backend.put(msg.encode())
-        except Exception as exc:
+        except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
             self.logger.error(f"{context} ERROR: failed to write message to backend - {exc}")
             raise
@@ -339,21 +376,95 @@ class NSQD:
         return "OK" if self.health_error is None else f"NOK - {self.health_error}"
 
     def flush_channel_to_backend(self, channel: Channel) -> None:
+        """Shutdown: memory, in-flight, then deferred messages to disk, in Go's order."""
+        now = self.now()
+        deferred = [(m, max(0.0, m.pri - now)) for m in channel.deferred.values()]
         msgs = channel.messages_to_persist()
         if msgs and not channel.ephemeral:
+            count = len(msgs)
             self.logger.info(
-                f"CHANNEL({channel.name}): flushing {len(msgs)} memory messages to backend"
+                f"CHANNEL({channel.name}): flushing {count} memory messages to backend"
             )
-            channel.backend.put_many([m.encode() for m in msgs])
+            self._put_many_logged(channel.backend, msgs, f"CHANNEL({channel.name})")
+        self._remember_deferred(channel.backend, deferred)
 
     def flush_topic_to_backend(self, topic: Topic) -> None:
         msgs = list(topic.memory_queue)
         topic.memory_queue.clear()
         if msgs and not topic.ephemeral:
-            self.logger.info(
-                f"TOPIC({topic.name}): flushing {len(msgs)} memory messages to backend"
+            count = len(msgs)
+            self.logger.info(f"TOPIC({topic.name}): flushing {count} memory messages to backend")
+            self._put_many_logged(topic.backend, msgs, f"TOPIC({topic.name})")
+        self._remember_deferred(topic.backend, [(m, m.deferred) for m in msgs if m.deferred])
+
+    def _put_many_logged(self, backend: Backend, msgs: list[Message], context: str) -> None:
+        try:
+            backend.put_many([m.encode() for m in msgs])
+        except (DiskQueueError, OSError) as exc:
+            self.logger.error(f"{context} ERROR: failed to write messages to backend - {exc}")
+
+    def close_backend(self, backend: Backend, context: str) -> None:
+        try:
+            backend.close()
+        except (DiskQueueError, OSError) as exc:
+            self.logger.error(f"{context} ERROR: failed to close backend - {exc}")
+
+    # ------------------------------------------------------------------ deferred across restarts
+
+    def _remember_deferred(self, backend: Backend, deferred: list[tuple[Message, float]]) -> None:
+        if deferred and isinstance(backend, DiskQueue):
+            self._deferred_records[backend.name] = DeferredRecord([], deferred)
+
+    def _save_deferred(self) -> None:
+        """After every queue is closed: record where each queue stands, then write the file."""
+        queues = {q.name: q for q in self.backends() if isinstance(q, DiskQueue)}
+        records = {}
+        for name, record in self._deferred_records.items():
+            queue = queues.get(name)
+            if queue is not None:
+                record.positions = list(queue.positions())
+                records[name] = record
+        try:
+            deferred_store.save(self.data_path, records)
+        except OSError as exc:
+            self.logger.error(f"failed to persist deferred messages - {exc}")
+
+    def restore_deferred(self) -> None:
+        try:
+            records = deferred_store.load(self.data_path)
+        except ValueError as exc:
+            self.logger.error(f"ignoring deferred messages: {exc}")
+            records = {}
+        for topic in self.topics.values():
+            self._restore_queue(records, topic.backend, topic.skip_ids, topic.restore_deferred)
+            for channel in topic.channels.values():
+                self._restore_queue(
+                    records, channel.backend, channel.skip_ids, channel.restore_deferred
+                )
+        deferred_store.remove(self.data_path)
+
+    def _restore_queue(
+        self,
+        records: dict[str, DeferredRecord],
+        backend: Backend,
+        skip_ids: set[bytes],
+        restore: Callable[[Message, float], None],
+    ) -> None:
+        if not isinstance(backend, DiskQueue) or backend.name not in records:
+            return
+        record = records[backend.name]
+        if record.positions != list(backend.positions()):
+            self.logger.warn(
+                f"DISKQUEUE({backend.name}): changed since shutdown; deferred messages "
+                "will be delivered when read, as Go does"
             )
-            topic.backend.put_many([m.encode() for m in msgs])
+            return
+        for msg, remaining in record.messages:
+            skip_ids.add(msg.id)
+            restore(msg, remaining)
+        self.logger.info(
+            f"DISKQUEUE({backend.name}): restored {len(record.messages)} deferred messages"
+        )
 
     # ------------------------------------------------------------------ queue scanning
 

@@ -43,6 +43,7 @@ class Topic:
         "name",
         "nsqd",
         "paused",
+        "skip_ids",
     )
 
     def __init__(self, name: str, nsqd: NSQD, backend: Backend) -> None:
@@ -60,6 +61,7 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self._draining = False
+        self.skip_ids: set[bytes] = set()
 
     # ------------------------------------------------------------------ channels
 
@@ -169,13 +171,22 @@ class Topic:
                 except ValueError as exc:
                     self.nsqd.logger.error(f"failed to decode message - {exc}")
                     continue
+                if self.skip_ids and msg.id in self.skip_ids:
+                    self.skip_ids.discard(msg.id)
+                    continue
             self._fan_out(msg)
         self.nsqd.loop.call_soon(self._drain_some)
 
     # ------------------------------------------------------------------ state
 
+    def restore_deferred(self, msg: Message, remaining: float) -> None:
+        """A DPUB message that waited in the topic at shutdown (its deferral not yet begun)."""
+        msg.deferred = remaining
+        self._put(msg)
+
     def depth(self) -> int:
-        return len(self.memory_queue) + self.backend.depth()
+        # restored deferred messages still have a disk copy that will be skipped
+        return len(self.memory_queue) + self.backend.depth() - len(self.skip_ids)
 
     def pause(self) -> None:
         self.paused = True
@@ -204,4 +215,4 @@ class Topic:
         for channel in self._channel_list:
             channel.close()
         self.nsqd.flush_topic_to_backend(self)
-        self.backend.close()
+        self.nsqd.close_backend(self.backend, f"TOPIC({self.name})")

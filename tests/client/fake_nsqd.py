@@ -91,9 +91,18 @@ def wait_for(prefix: bytes, count: int = 1, delay: float = 0.0) -> Step:
     return Step("wait", delay, prefix=prefix, count=count)
 
 
-def upgrade(kind: str, delay: float = 0.0, context: ssl.SSLContext | None = None) -> Step:
-    """Switch to ``tls``/``snappy``/``deflate`` and send the upgraded OK."""
-    return Step("upgrade", delay, body=kind.encode(), extra=context)
+def upgrade(
+    kind: str,
+    delay: float = 0.0,
+    context: ssl.SSLContext | None = None,
+    after: bytes = b"",
+) -> Step:
+    """Switch to ``tls``/``snappy``/``deflate`` and send the upgraded OK.
+
+    ``after`` is a plain frame sent in the same write just before the compressed OK, so the
+    client receives plain and compressed bytes in one read.
+    """
+    return Step("upgrade", delay, body=kind.encode(), extra=context, prefix=after)
 
 
 def sleep(delay: float) -> Step:
@@ -280,7 +289,7 @@ class _Session:
             while sum(1 for line in conn.lines if line.startswith(step.prefix)) < step.count:
                 await self._changed()
         elif step.kind == "upgrade":
-            await self._upgrade(step.body.decode(), step.extra)
+            await self._upgrade(step.body.decode(), step.extra, step.prefix)
         elif step.kind == "close":
             conn.finish()
             return False
@@ -299,7 +308,8 @@ class _Session:
             data = self.compressor.compress(data)
         self.writer.write(data)
 
-    async def _upgrade(self, kind: str, context: ssl.SSLContext | None) -> None:
+    async def _upgrade(self, kind: str, context: ssl.SSLContext | None, plain: bytes) -> None:
+        ok = encode_frame(FRAME_TYPE_RESPONSE, b"OK")
         if kind == "tls":
             assert context is not None
             await self.writer.drain()
@@ -313,7 +323,11 @@ class _Session:
             self.compressor, self.decompressor = DeflateWriter(6), DeflateReader()
         else:
             raise ValueError(kind)
-        self._send(encode_frame(FRAME_TYPE_RESPONSE, b"OK"))
+        if plain:
+            assert self.compressor is not None
+            self.writer.write(plain + self.compressor.compress(ok))
+        else:
+            self._send(ok)
 
     async def _read_loop(self) -> None:
         conn = self.conn

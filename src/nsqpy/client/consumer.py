@@ -448,15 +448,16 @@ class Consumer:
         del self._conns[conn.address]
         if conn.rdy_state is not None and self._rdy is not None:
             self._rdy.remove(conn.rdy_state)
+        if self._closing:
+            log.info("(%s) connection closed", conn.address)
+            self._check_drained()
+            return
         log.warning(
             "(%s) connection closed%s; %d left",
             conn.address,
             f" ({exc!r})" if exc else "",
             len(self._conns),
         )
-        if self._closing:
-            self._check_drained()
-            return
         self._schedule_reconnect(conn.address)
 
     # ------------------------------------------------------------------ handlers

@@ -155,7 +155,9 @@ class Producer:
         start = self._next
         self._next = (start + 1) % count
         last_error: BaseException | None = None
-        for i in range(count):
+        # every nsqd once, plus one more turn: a connection that died under this command is
+        # reconnected once (the only way forward with a single nsqd)
+        for i in range(count + 1):
             slot = slots[(start + i) % count]
             conn = await self._connection(slot)
             if conn is None:

@@ -48,6 +48,8 @@ class _LoopThread:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
+            if future.done():
+                raise  # the coroutine's own TimeoutError (e.g. ConsumeTimeout)
             future.cancel()
             raise TimeoutError(f"no answer within {timeout}s") from None
 

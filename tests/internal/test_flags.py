@@ -124,6 +124,21 @@ def test_float_list_flag_accepts_commas_and_repeats() -> None:
     assert opts.percentiles == [1.0, 0.99, 0.95]
 
 
+def test_float_list_flag_is_sorted_descending_like_go() -> None:
+    opts = parse(
+        "--e2e-processing-latency-percentile=0.5,0.99",
+        "--e2e-processing-latency-percentile=1.0",
+        "--e2e-processing-latency-percentile=0.75",
+    )
+    assert opts.percentiles == [1.0, 0.99, 0.75, 0.5]
+
+
+def test_float_list_from_config_keeps_its_order(tmp_path: Path) -> None:
+    # go-options coerces the TOML array directly; only the flag type sorts
+    cfg = write_config(tmp_path, "e2e_processing_latency_percentiles = [0.5, 0.99]\n")
+    assert parse(f"--config={cfg}").percentiles == [0.5, 0.99]
+
+
 def test_repeated_scalar_flag_last_wins() -> None:
     assert parse("--mem-queue-size=1", "--mem-queue-size=2").mem_queue_size == 2
 

@@ -210,9 +210,10 @@ def parse_argv(flag_specs: Sequence[FlagSpec], argv: Sequence[str]) -> ParsedArg
         except ValueError:
             raise UsageError(f'invalid value "{value}" for flag -{name}: parse error') from None
         if spec.kind in _LIST_KINDS and spec.attr in parsed.values:
-            parsed.values[spec.attr] = parsed.values[spec.attr] + parsed_value
-        else:
-            parsed.values[spec.attr] = parsed_value
+            parsed_value = parsed.values[spec.attr] + parsed_value
+        if spec.kind == FLOAT_LIST:  # Go's FloatArray.Set sorts descending after every append
+            parsed_value = sorted(parsed_value, reverse=True)
+        parsed.values[spec.attr] = parsed_value
         parsed.explicit.add(spec.attr)
     return parsed
 

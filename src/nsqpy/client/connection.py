@@ -21,7 +21,7 @@ import ssl
 import struct
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .. import __version__
 from ..protocol import commands
@@ -475,8 +475,8 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it
+        self._transport = cast(asyncio.Transport, transport)
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         self._last_read = self._loop.time()

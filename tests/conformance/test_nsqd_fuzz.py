@@ -468,11 +468,6 @@ HTTP_GARBAGE: list[tuple[str, bytes]] = [
         "negative content length",
         b"POST /pub?topic=t HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
     ),
-    (
-        "bad chunk size",
-        b"POST /pub?topic=t HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    ),
-    ("bad version", b"GET /ping HTTP/9.9\r\nHost: x\r\n\r\n"),
     ("header without colon", b"GET /ping HTTP/1.1\r\nHost: x\r\nbroken header\r\n\r\n"),
 ]
 
@@ -492,6 +487,10 @@ def test_http_port_survives_truncated_requests(target: DaemonProcess, sentinel: 
         b"POST /pub?topic=fuzz_http HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc",
         b"POST /mpub?topic=fuzz_http&binary=true HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
         + BE32.pack(5),
+        # a bad chunk size surfaces while the handler reads the body (Go: 500 from /pub)
+        b"POST /pub?topic=fuzz_http HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"zz\r\n",
+        b"GET /ping HTTP/9.9\r\nHost: x\r\n\r\n",
     ]:
         exchange(target.http_address, data, half_close=True)
     sentinel.check()

@@ -506,7 +506,7 @@ def test_67_errors(nsqd: DaemonProcess) -> None:
     assert_v1_error(http_request(nsqd, "DELETE", "/info"), 405, "METHOD_NOT_ALLOWED")
 
 
-@pytest.mark.parametrize("path", ["/", "/create_topic", "/Stats", "/stats/x", "/topic", "/pub2"])
+@pytest.mark.parametrize("path", ["/", "/create_topic", "/stats/x", "/topic", "/pub2", "/info/x"])
 def test_unknown_paths(nsqd: DaemonProcess, path: str) -> None:
     assert_v1_error(get(nsqd, path), 404, "NOT_FOUND")
 
@@ -661,8 +661,12 @@ def test_65_stats_text(nsqd: DaemonProcess) -> None:
         assert "\nstart_time " in text
         assert "\nuptime " in text
         assert "\nHealth: OK\n" in text
-        assert f"[{topic:<15}] depth: 0     be-depth: 0     msgs: 0        e2e%: " in text
-        assert f"      [{'ch':<25}] depth: 0     be-depth: 0     inflt: 0    def: 0    " in text
+        topic_line = f"\n   [{topic:<15}] depth: 0     be-depth: 0     msgs: 0        e2e%: \n"
+        channel_line = (
+            f"      [{'ch':<25}] depth: 0     be-depth: 0     inflt: 0    def: 0    "
+            "re-q: 0     timeout: 0     msgs: 0        e2e%: \n"
+        )
+        assert topic_line + channel_line in text
 
 
 def test_stats_text_without_topics(fresh_nsqd: DaemonProcess) -> None:

@@ -101,6 +101,7 @@ class LookupPeer:
     """One nsqlookupd: its connection, its command queue and what its IDENTIFY reply said."""
 
     __slots__ = (
+        "_closed",
         "_owner",
         "_queue",
         "_reader",
@@ -118,6 +119,7 @@ class LookupPeer:
         #: from the last IDENTIFY reply; kept across disconnects, as Go does
         self.info = LookupdInfo()
         self._owner = owner
+        self._closed = False
         self._queue: deque[tuple[bytes | None, str]] = deque()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -140,6 +142,10 @@ class LookupPeer:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def cancel(self) -> asyncio.Task[None] | None:
+        # The flag as well as the cancel: Python 3.11's wait_for can swallow a cancellation
+        # that races with its inner future finishing.
+        self._closed = True
+        self._wakeup.set()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -154,15 +160,18 @@ class LookupPeer:
         interval = self._owner.ping_interval
         next_ping = loop.time() + interval
         try:
-            while True:
-                while self._queue:
+            while not self._closed:
+                while self._queue and not self._closed:
                     cmd, label = self._queue.popleft()
                     if cmd is not None:
                         self._owner.log(lg.INFO, f"LOOKUPD({self.addr}): {label}{_describe(cmd)}")
                     await self.command(cmd)
                 now = loop.time()
                 if now >= next_ping:
-                    next_ping = max(next_ping + interval, now)
+                    # a ticker: on schedule, but never a burst after a slow round trip
+                    next_ping += interval
+                    if next_ping <= now:
+                        next_ping = now + interval
                     self._owner.log(lg.DEBUG, f"LOOKUPD({self.addr}): sending heartbeat")
                     await self.command(ping())
                     continue

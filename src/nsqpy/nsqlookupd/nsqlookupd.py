@@ -1,0 +1,179 @@
+"""The nsqlookupd daemon as a library (Go: nsqlookupd/nsqlookupd.go).
+
+    lookupd = NSQLookupd(Options(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0"))
+    await lookupd.start()
+    ...  # lookupd.real_tcp_address, lookupd.real_http_address, lookupd.db
+    await lookupd.stop()
+
+Time is read through ``clock`` (seconds, wall clock as ``time.time``) so tests can drive
+inactivity and tombstone expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import socket
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+from aiohttp import web
+
+from .. import NSQ_VERSION
+from ..internal import lg
+from .http import make_app
+from .options import Options
+from .registration_db import RegistrationDB
+from .tcp import LookupProtocolV1, format_address
+
+
+def version_string(app: str = "nsqlookupd") -> str:
+    """``nsqlookupd v1.3.0 (built w/python3.11.7)``: Go's ``version.String`` with our runtime."""
+    return f"{app} v{NSQ_VERSION} (built w/python{platform.python_version()})"
+
+
+class ListenError(Exception):
+    """A listener could not be opened (Go: ``listen (<addr>) failed - <err>``)."""
+
+
+def split_host_port(address: str) -> tuple[str, str]:
+    """Go's ``net.SplitHostPort``: ``host:port`` or ``[v6]:port``; raises ValueError."""
+    if address.startswith("["):
+        end = address.find("]")
+        if end < 0:
+            raise ValueError(f"address {address}: missing ']' in address")
+        host, rest = address[1:end], address[end + 1 :]
+        if not rest.startswith(":"):
+            raise ValueError(f"address {address}: missing port in address")
+        return host, rest[1:]
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ValueError(f"address {address}: missing port in address")
+    if ":" in host:
+        raise ValueError(f"address {address}: too many colons in address")
+    return host, port
+
+
+def listen_socket(address: str) -> socket.socket:
+    """A listening TCP socket for ``host:port`` as Go's ``net.Listen("tcp", address)``.
+
+    An empty host listens on every address (IPv4 and IPv6); ``0.0.0.0`` on IPv4 only.
+    SO_REUSEADDR is set, so a restarted daemon rebinds at once.
+    """
+    try:
+        host, port_text = split_host_port(address)
+        port: int | str = int(port_text) if port_text.isdigit() else port_text
+        if not host:
+            if socket.has_dualstack_ipv6():
+                return socket.create_server(
+                    ("", int(port)), family=socket.AF_INET6, dualstack_ipv6=True
+                )
+            return socket.create_server(("", int(port)))
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos.sort(key=lambda info: info[0] != socket.AF_INET)  # Go prefers IPv4
+        family, _, _, _, sockaddr = infos[0]
+        return socket.create_server(sockaddr, family=family, backlog=socket.SOMAXCONN)
+    except (OSError, ValueError) as exc:
+        raise ListenError(f"listen ({address}) failed - {exc}") from exc
+
+
+class _ToDebugLog(logging.Handler):
+    """aiohttp's own reports (malformed requests, mostly) as one DEBUG line, no traceback: Go's
+    net/http answers those with a 400 and logs nothing."""
+
+    def __init__(self, logger: lg.Logger) -> None:
+        super().__init__()
+        self._logger = logger
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._logger.debug(f"HTTP: {record.getMessage()}")
+
+
+def http_server_logger(logger: lg.Logger) -> logging.Logger:
+    # made directly, not through getLogger(), so that it is not kept in logging's registry
+    server_logger = logging.Logger("nsqpy.http_server")
+    server_logger.propagate = False
+    server_logger.addHandler(_ToDebugLog(logger))
+    return server_logger
+
+
+class NSQLookupd:
+    """One nsqlookupd: a registration DB with its TCP (nsqd) and HTTP (clients) listeners."""
+
+    def __init__(
+        self,
+        options: Options | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        logger: lg.Logger | None = None,
+    ) -> None:
+        self.options = options if options is not None else Options()
+        self.clock = clock
+        self.logger = logger or lg.Logger(self.options.log_prefix, self.options.log_level)
+        self.hostname = socket.gethostname()
+        self.db = RegistrationDB()
+        self.tcp_clients: set[LookupProtocolV1] = set()
+        self.real_tcp_address: tuple[str, int] = ("", 0)
+        self.real_http_address: tuple[str, int] = ("", 0)
+        self._tcp_server: asyncio.Server | None = None
+        self._http_runner: web.AppRunner | None = None
+        self._tcp_text = ""
+        self._http_text = ""
+
+    async def start(self) -> None:
+        """Open both listeners (raising :class:`ListenError`) and start serving."""
+        self.logger.info(version_string())
+        tcp_sock = listen_socket(self.options.tcp_address)
+        try:
+            http_sock = listen_socket(self.options.http_address)
+        except ListenError:
+            tcp_sock.close()
+            raise
+        self.real_tcp_address = tcp_sock.getsockname()[:2]
+        self.real_http_address = http_sock.getsockname()[:2]
+        self._tcp_text = format_address(self.real_tcp_address)
+        self._http_text = format_address(self.real_http_address)
+
+        loop = asyncio.get_running_loop()
+        self._tcp_server = await loop.create_server(lambda: LookupProtocolV1(self), sock=tcp_sock)
+        self.logger.info(f"TCP: listening on {self._tcp_text}")
+
+        runner = web.AppRunner(
+            make_app(self),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=1.0,
+            logger=http_server_logger(self.logger),
+        )
+        await runner.setup()
+        await web.SockSite(runner, http_sock).start()
+        self._http_runner = runner
+        self.logger.info(f"HTTP: listening on {self._http_text}")
+
+    async def stop(self) -> None:
+        """Close the listeners and every nsqd connection (Go: ``Exit``)."""
+        server, self._tcp_server = self._tcp_server, None
+        if server is not None:
+            self.logger.info(f"TCP: closing {self._tcp_text}")
+            server.close()
+            for client in list(self.tcp_clients):
+                client.close()
+            await server.wait_closed()
+        runner, self._http_runner = self._http_runner, None
+        if runner is not None:
+            self.logger.info(f"HTTP: closing {self._http_text}")
+            await runner.cleanup()
+
+    async def __aenter__(self) -> NSQLookupd:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

@@ -231,14 +231,15 @@ class RdyManager:
         """A message is being answered; called *before* its FIN/REQ is written.
 
         Backoff goes first so that RDY 0 reaches nsqd before the REQ: nsqd must not hand the
-        requeued message straight back to us.
+        requeued message straight back to us. The message still counts as in flight here: its
+        slot may only be handed to another connection once the FIN/REQ is on its way.
         """
-        st.in_flight -= 1
         if not self._closed:
             self._backoff_signal(outcome)
 
     def after_response(self, st: RdyState) -> None:
-        """Called after the FIN/REQ was written: re-evaluate this connection's RDY."""
+        """Called after the FIN/REQ was written: free the slot, re-evaluate RDY."""
+        st.in_flight -= 1
         if self._wanting:
             self._satisfy_wanting()
         if self._closed or st.closing or self.backoff_level or self._backoff_timer is not None:

@@ -10,7 +10,13 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import web, web_protocol
+from aiohttp.http import HttpVersion11
+
+# Go answers a request it cannot parse with "HTTP/1.1 400 Bad Request"; aiohttp's template for
+# such requests says HTTP/1.0. Peer tools match the status line, so use Go's version.
+if hasattr(web_protocol, "ERROR") and hasattr(web_protocol.ERROR, "_replace"):
+    web_protocol.ERROR = web_protocol.ERROR._replace(version=HttpVersion11)
 
 V1_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"

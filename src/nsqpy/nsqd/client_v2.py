@@ -125,12 +125,12 @@ class ClientV2(asyncio.Protocol):
             self.nsqd.logger.info(f"CLIENT({self.remote_address}): desired protocol magic '  V2'")
             if not data:
                 return
+        too_long = False
         try:
             commands = self._parser.feed(data)
-        except LineTooLong:
-            self.nsqd.logger.error(f"[{self.remote_address}] - failed to read command - too long")
-            self.close()
-            return
+        except LineTooLong as exc:  # Go runs the commands before the long line, then fails
+            commands = exc.commands
+            too_long = True
         self._in_batch = True
         try:
             self._exec_all(commands)
@@ -138,8 +138,22 @@ class ClientV2(asyncio.Protocol):
             self._in_batch = False
         if self._must_flush and not self._closed:
             self.flush()
-        if not self._closed and self._parser.pending is not None:
+        if too_long and not self._closed:
+            self.nsqd.logger.error(
+                f"[{self.remote_address}] - failed to read command - bufio: buffer full"
+            )
+            self.close()
+        elif not self._closed and self._parser.pending is not None:
             self._check_pending_header()
+
+    def eof_received(self) -> bool:
+        """The peer finished sending: report a command cut short, as Go does, then close."""
+        truncated = self._parser.truncated() if len(self._magic) == 4 else None
+        if truncated is not None and not self._closed:
+            err = self.nsqd.protocol.truncated_error(self, *truncated)
+            if err is not None:
+                self.send_error(err)
+        return False
 
     def _exec_all(self, commands: list[Command]) -> None:
         handlers = self.nsqd.protocol.handlers

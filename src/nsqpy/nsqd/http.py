@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -35,12 +36,18 @@ _OPTION_SPECS = {spec.cfg: spec for spec in specs(Options)}
 _BE32 = struct.Struct(">i")
 
 
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def query(request: web.Request) -> dict[str, list[str]]:
-    """The URL query string only (never a form body); Go's first-value-wins lists."""
-    try:
-        return parse_qs(request.query_string, keep_blank_values=True, strict_parsing=False)
-    except ValueError:
-        raise ApiError(400, "INVALID_REQUEST") from None
+    """The URL query string only (never a form body); Go's first-value-wins lists.
+
+    Like Go's url.ParseQuery, a malformed escape or a ``;`` separator is INVALID_REQUEST.
+    """
+    raw = request.rel_url.raw_query_string
+    if _BAD_ESCAPE.search(raw) or ";" in raw:
+        raise ApiError(400, "INVALID_REQUEST")
+    return parse_qs(raw, keep_blank_values=True)
 
 
 def first(params: dict[str, list[str]], key: str) -> str | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
 from ..internal import lg
+from ..internal.flags import TLS_NOT_REQUIRED, TLS_REQUIRED_ALL
 from ..protocol import MESSAGE_HEADER_LENGTH, ProtocolError, is_valid_name
 from . import deferred_store, metadata
 from .backend import Backend, NullBackend
@@ -22,6 +23,7 @@ from .deferred_store import DeferredRecord
 from .diskqueue import DiskQueue, DiskQueueError
 from .options import HOSTNAME, Options
 from .protocol_v2 import ProtocolV2
+from .stats import E2EStream
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
 
 class NSQDError(Exception):
     """A start-up failure; the command prints it and exits 1."""
+
+
+INSTANTIATE = "failed to instantiate nsqd - "
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -105,19 +110,27 @@ class NSQD:
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nsqd-io")
         self._persisting: asyncio.Future[None] | None = None
         self._deferred_records: dict[str, DeferredRecord] = {}
-        self._validate()
 
     def _validate(self) -> None:
+        """Go's New(): option checks, in its order (after the data-path lock)."""
         opts = self.options
-        if not 0 <= opts.node_id < 1024:
-            raise NSQDError("--node-id must be [0,1024)")
         if not 1 <= opts.max_deflate_level <= 9:
-            raise NSQDError("--max-deflate-level must be [1,9]")
+            raise ValueError("--max-deflate-level must be [1,9]")
+        if not 0 <= opts.node_id < 1024:
+            raise ValueError("--node-id must be [0,1024)")
+        if opts.tls_client_auth_policy and opts.tls_required == TLS_NOT_REQUIRED:
+            opts.tls_required = TLS_REQUIRED_ALL
+        self.setup_tls()
+        if not self.tls_enabled and opts.tls_required != TLS_NOT_REQUIRED:
+            raise ValueError("cannot require TLS client connections without TLS key and cert")
+        if opts.auth_http_request_method not in ("get", "post"):
+            raise ValueError("--auth-http-request-method must be post or get")
         for pct in opts.e2e_processing_latency_percentiles:
             if not 0 < pct <= 1:
-                raise NSQDError(f"invalid E2E processing latency percentile: {pct:g}")
-        if opts.tls_client_auth_policy and not (opts.tls_cert and opts.tls_key):
-            raise NSQDError("cannot require TLS client connections without TLS key and cert")
+                raise ValueError(f"invalid E2E processing latency percentile: {pct:g}")
+
+    def setup_tls(self) -> None:
+        """Build the TLS server context (the security issue fills this in)."""
 
     # ------------------------------------------------------------------ clocks
 
@@ -139,17 +152,23 @@ class NSQD:
         try:
             self._dir_lock.lock()
         except OSError as exc:
-            raise NSQDError(f"failed to lock data-path: {exc}") from None
+            raise NSQDError(
+                f"failed to instantiate nsqd - failed to lock data-path: {exc}"
+            ) from None
         try:
-            self.load_metadata()
+            self._validate()
         except ValueError as exc:
-            raise NSQDError(str(exc)) from None
-        self._write_metadata_now()
-        self.restore_deferred()
+            raise NSQDError(INSTANTIATE + str(exc)) from None
         try:
             tcp_sock = bind_socket(opts.tcp_address)
         except OSError as exc:
-            raise NSQDError(f"listen ({opts.tcp_address}) failed - {exc}") from None
+            raise NSQDError(INSTANTIATE + f"listen ({opts.tcp_address}) failed - {exc}") from None
+        try:
+            self.load_metadata()
+        except ValueError as exc:
+            raise NSQDError(f"failed to load metadata - {exc}") from None
+        self._write_metadata_now()
+        self.restore_deferred()
         self.tcp_listen = format_address(tcp_sock.getsockname())
         if tcp_sock.family == socket.AF_UNIX:
             self.tcp_port = -1
@@ -171,7 +190,9 @@ class NSQD:
         try:
             sock = bind_socket(address)
         except OSError as exc:
-            raise NSQDError(f"listen ({address}) failed - {exc}") from None
+            raise NSQDError(
+                f"failed to instantiate nsqd - listen ({address}) failed - {exc}"
+            ) from None
         self.http_listen = format_address(sock.getsockname())
         self.http_port = -1 if sock.family == socket.AF_UNIX else sock.getsockname()[1]
         runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
@@ -593,8 +614,13 @@ class NSQD:
 
     # ------------------------------------------------------------------ stats support
 
-    def new_e2e_stream(self) -> Any:
-        return None
+    def new_e2e_stream(self) -> E2EStream | None:
+        opts = self.options
+        if not opts.e2e_processing_latency_percentiles:
+            return None
+        return E2EStream(
+            opts.e2e_processing_latency_window_time, opts.e2e_processing_latency_percentiles
+        )
 
     def valid_name(self, name: str) -> bool:
         return is_valid_name(name)

@@ -15,6 +15,7 @@ from ..protocol import (
     MSG_ID_LENGTH,
     OK,
     ProtocolError,
+    as_int64,
     go_quote,
     is_valid_channel_name,
     is_valid_topic_name,
@@ -46,6 +47,11 @@ _IDENTIFY_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="surrogateescape")
+
+
+def _duration_ns(milliseconds: int) -> int:
+    """Go's ``time.Duration(ms) * time.Millisecond`` for a parsed uint64: int64 wrap-around."""
+    return as_int64(as_int64(milliseconds) * 1_000_000)
 
 
 def _message_id(raw: bytes) -> bytes:
@@ -119,6 +125,29 @@ class ProtocolV2:
             return err
         return None
 
+    def truncated_error(
+        self, client: ClientV2, name: bytes, params: list[bytes], partial: bytes | None
+    ) -> ProtocolError | None:
+        """The error Go sends when the stream ends inside a command's body."""
+        early = self.check_before_body(client, name, params)
+        if early is not None:
+            return early
+        verb = _text(name)
+        if name in (b"PUB", b"DPUB"):
+            what = "message body size" if partial is None else "message body"
+            return ProtocolError("E_BAD_MESSAGE", f"{verb} failed to read {what}")
+        if name == b"MPUB":
+            if partial is None:
+                return ProtocolError("E_BAD_BODY", "MPUB failed to read body size")
+            opts = self.nsqd.options
+            try:
+                parse_mpub_body(partial, opts.max_msg_size, opts.max_body_size)
+            except ProtocolError as err:
+                return err
+            return None
+        what = "body size" if partial is None else "body"
+        return ProtocolError("E_BAD_BODY", f"{verb} failed to read {what}")
+
     # ------------------------------------------------------------------ IDENTIFY / AUTH
 
     def IDENTIFY(self, client: ClientV2, command: Command) -> bytes | None:
@@ -160,7 +189,7 @@ class ProtocolV2:
             for key in _IDENTIFY_BOOL_FIELDS:
                 if key in data and data[key] is not None and not isinstance(data[key], bool):
                     raise ValueError
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ProtocolError("E_BAD_BODY", "IDENTIFY failed to decode JSON body") from None
         return data
 
@@ -221,9 +250,9 @@ class ProtocolV2:
                 raise ProtocolError(
                     "E_INVALID", f"RDY could not parse count {_text(command.params[0])}"
                 )
-            count = parsed
+            count = as_int64(parsed)
         max_rdy = self.nsqd.options.max_rdy_count
-        if count > max_rdy:
+        if count < 0 or count > max_rdy:
             raise ProtocolError("E_INVALID", f"RDY count {count} out of range 0-{max_rdy}")
         client.set_ready_count(count)
         return None
@@ -254,14 +283,15 @@ class ProtocolV2:
         timeout_ms = parse_base10(raw)
         if timeout_ms is None:
             raise ProtocolError("E_INVALID", f"REQ could not parse timeout {_text(raw)}")
-        delay = timeout_ms / 1000.0
-        max_req = self.nsqd.options.max_req_timeout
-        if delay > max_req:
+        timeout_ns = _duration_ns(timeout_ms)
+        max_ns = round(self.nsqd.options.max_req_timeout * 1e9)
+        clamped = min(max(timeout_ns, 0), max_ns)
+        if clamped != timeout_ns:
             self.nsqd.logger.info(
-                f"PROTOCOL(V2): [{client.remote_address}] REQ timeout {timeout_ms}ms out of "
-                f"range 0-{round(max_req * 1000)}ms. Setting to {round(max_req * 1000)}ms"
+                f"PROTOCOL(V2): [{client.remote_address}] REQ timeout {timeout_ns} out of "
+                f"range 0-{max_ns}. Setting to {clamped}"
             )
-            delay = max_req
+        delay = clamped / 1e9
         channel = client.channel
         assert channel is not None
         try:
@@ -307,7 +337,8 @@ class ProtocolV2:
             if timeout_ms is None:
                 raise ProtocolError("E_INVALID", f"DPUB could not parse timeout {_text(params[1])}")
             max_ms = round(self.nsqd.options.max_req_timeout * 1000)
-            if timeout_ms > max_ms:
+            timeout_ns = _duration_ns(timeout_ms)
+            if timeout_ns < 0 or timeout_ns > max_ms * 1_000_000:
                 raise ProtocolError(
                     "E_INVALID", f"DPUB timeout {timeout_ms} out of range 0-{max_ms}"
                 )

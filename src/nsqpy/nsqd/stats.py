@@ -62,18 +62,20 @@ class E2EStream:
 
 
 def e2e_result(streams: list[E2EStream], quantiles: list[float]) -> dict[str, Any]:
-    if not quantiles:
+    if not quantiles or not streams:  # Go: a nil stream's Result() is empty
         return {"count": 0, "percentiles": None}
     samples: list[int] = []
     for stream in streams:
         samples.extend(stream.samples())
     samples.sort()
-    if not samples:
-        return {"count": 0, "percentiles": None}
     percentiles = []
     for q in sorted(quantiles, reverse=True):
-        index = min(len(samples) - 1, max(0, round(q * len(samples)) - 1))
-        percentiles.append({"quantile": q, "value": float(samples[index])})
+        if samples:
+            index = min(len(samples) - 1, max(0, round(q * len(samples)) - 1))
+            value = float(samples[index])
+        else:
+            value = 0.0  # Go's stream answers 0 when it holds no samples
+        percentiles.append({"quantile": q, "value": value})
     return {"count": len(samples), "percentiles": percentiles}
 
 

@@ -5,7 +5,14 @@ client and the utilities alike.
 """
 
 from . import commands
-from .commands import Command, CommandParser, LineTooLong, parse_base10, parse_mpub_body
+from .commands import (
+    Command,
+    CommandParser,
+    LineTooLong,
+    as_int64,
+    parse_base10,
+    parse_mpub_body,
+)
 from .errors import NON_FATAL_CODES, ProtocolError, go_quote
 from .frames import (
     CLOSE_WAIT,
@@ -26,6 +33,16 @@ from .frames import (
     encode_response,
     encode_sized,
 )
+from .lookup import (
+    BAD_PROTOCOL,
+    BadMagic,
+    LookupdInfo,
+    LookupRequest,
+    LookupServerParser,
+    PeerIdentity,
+    parse_identify_body,
+    parse_identify_response,
+)
 from .message import (
     MESSAGE_HEADER_LENGTH,
     MSG_ID_LENGTH,
@@ -37,6 +54,7 @@ from .message import (
 from .names import is_ephemeral, is_valid_channel_name, is_valid_name, is_valid_topic_name
 
 __all__ = [
+    "BAD_PROTOCOL",
     "CLOSE_WAIT",
     "FRAME_CLOSE_WAIT",
     "FRAME_HEARTBEAT",
@@ -51,14 +69,20 @@ __all__ = [
     "MSG_ID_LENGTH",
     "NON_FATAL_CODES",
     "OK",
+    "BadMagic",
     "Command",
     "CommandParser",
     "DecodedMessage",
     "Frame",
     "FrameDecoder",
     "LineTooLong",
+    "LookupRequest",
+    "LookupServerParser",
+    "LookupdInfo",
     "MessageDecodeError",
+    "PeerIdentity",
     "ProtocolError",
+    "as_int64",
     "commands",
     "decode_message",
     "encode_error",
@@ -72,5 +96,7 @@ __all__ = [
     "is_valid_name",
     "is_valid_topic_name",
     "parse_base10",
+    "parse_identify_body",
+    "parse_identify_response",
     "parse_mpub_body",
 ]

@@ -148,11 +148,12 @@ class CommandParser:
     with ``bad_body_size`` the stream cannot be resynchronised; callers close the connection.
     """
 
-    __slots__ = ("_buf", "_limits", "_pending")
+    __slots__ = ("_buf", "_limits", "_max_msg_size", "_pending")
 
     def __init__(self, max_msg_size: int, max_body_size: int) -> None:
         self._buf = bytearray()
         self._pending: tuple[bytes, list[bytes]] | None = None
+        self._max_msg_size = max_msg_size
         self._limits = {
             PUB: max_msg_size,
             DPUB: max_msg_size,
@@ -162,6 +163,7 @@ class CommandParser:
         }
 
     def set_limits(self, max_msg_size: int, max_body_size: int) -> None:
+        self._max_msg_size = max_msg_size
         self._limits.update({PUB: max_msg_size, DPUB: max_msg_size})
         self._limits.update({MPUB: max_body_size, IDENTIFY: max_body_size, AUTH: max_body_size})
 
@@ -169,6 +171,16 @@ class CommandParser:
     def pending(self) -> tuple[bytes, list[bytes]] | None:
         """The line of a body command whose body has not fully arrived yet."""
         return self._pending
+
+    def truncated(self) -> tuple[bytes, list[bytes], bytes | None] | None:
+        """At end of stream: the unfinished body command as (name, params, partial body),
+        the body None when not even its 4-byte size arrived; None if no command was cut."""
+        if self._pending is None:
+            return None
+        name, params = self._pending
+        if len(self._buf) < 4:
+            return name, params, None
+        return name, params, bytes(self._buf[4:])
 
     def feed(self, data: bytes) -> list[Command]:
         buf = self._buf
@@ -188,6 +200,12 @@ class CommandParser:
                     commands.append(Command(name, params, None, size))
                     pos = end  # unrecoverable: the caller closes the connection
                     break
+                if name == MPUB:
+                    # Go reads count messages from the stream whatever the declared size
+                    extent = self._mpub_extent(buf, pos + 4, end)
+                    if extent is None:
+                        break
+                    size = extent
                 if end - pos - 4 < size:
                     break
                 body = bytes(buf[pos + 4 : pos + 4 + size])
@@ -213,6 +231,28 @@ class CommandParser:
         if pos:
             del buf[:pos]
         return commands
+
+    def _mpub_extent(self, buf: bytearray, start: int, end: int) -> int | None:
+        """Bytes of an MPUB body as Go's streaming read takes them: the count, then that many
+        size-prefixed messages. Stops early at the first bad count or size (the handler then
+        reports it from the partial body); None while more bytes are needed."""
+        if end - start < 4:
+            return None
+        (count,) = _BE32.unpack_from(buf, start)
+        max_messages = (self._limits[MPUB] - 4) // 5
+        if count <= 0 or count > max_messages:
+            return 4
+        pos = start + 4
+        for _ in range(count):
+            if end - pos < 4:
+                return None
+            (size,) = _BE32.unpack_from(buf, pos)
+            if size <= 0 or size > self._max_msg_size:
+                return pos + 4 - start
+            pos += 4 + size
+            if pos > end:
+                return None
+        return pos - start
 
 
 def parse_mpub_body(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
@@ -253,3 +293,9 @@ def parse_base10(raw: bytes) -> int | None:
         return None
     # isdigit() accepts only ASCII digits for bytes
     return int(raw) % _UINT64 if raw else 0
+
+
+def as_int64(value: int) -> int:
+    """Go's ``int64(u)`` for a uint64: two's complement wrap."""
+    value %= 1 << 64
+    return value - (1 << 64) if value >= 1 << 63 else value

@@ -21,6 +21,7 @@ from .channel import Channel
 from .client_v2 import ClientV2
 from .deferred_store import DeferredRecord
 from .diskqueue import DiskQueue, DiskQueueError
+from .lookup import LookupPeers, nsqd_identity
 from .options import HOSTNAME, Options
 from .protocol_v2 import ProtocolV2
 from .stats import E2EStream
@@ -110,6 +111,8 @@ class NSQD:
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nsqd-io")
         self._persisting: asyncio.Future[None] | None = None
         self._deferred_records: dict[str, DeferredRecord] = {}
+        self.lookup: LookupPeers | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     def _validate(self) -> None:
         """Go's New(): option checks, in its order (after the data-path lock)."""
@@ -181,6 +184,7 @@ class NSQD:
             await self._start_http(opts.http_address)
         self._tasks.append(self.loop.create_task(self._queue_scan_loop()))
         self._tasks.append(self.loop.create_task(self._sync_loop()))
+        await self._start_lookup()
 
     async def _start_http(self, address: str) -> None:
         from aiohttp import web
@@ -218,6 +222,8 @@ class NSQD:
         if self._tcp_server is not None:
             self.logger.info(f"TCP: closing {self.tcp_listen}")
             self._tcp_server.close()
+        if self.lookup is not None:
+            await self.lookup.stop()
         for client in list(self.clients.values()):
             client.close()
         if self._http_runner is not None:
@@ -248,7 +254,22 @@ class NSQD:
             self.topics[name] = topic
             self.logger.info(f"TOPIC({name}): created")
             self.topic_created(topic)
+            if not self._loading and self.lookup is not None and self.lookup.addresses:
+                topic.started = False
+                task = self.loop.create_task(self._precreate_channels(topic))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
         return topic
+
+    async def _precreate_channels(self, topic: Topic) -> None:
+        """Go's GetTopic: channels nsqlookupd knows (but #ephemeral) exist before delivery."""
+        try:
+            assert self.lookup is not None
+            for name in await self.lookup.fetch_channels(topic.name):
+                if not name.endswith("#ephemeral") and not topic.exiting:
+                    topic.get_channel(name)
+        finally:
+            topic.start()
 
     def get_existing_topic(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -309,20 +330,65 @@ class NSQD:
     # ------------------------------------------------------------------ notifications
 
     def topic_created(self, topic: Topic) -> None:
+        self._notify_lookupd(topic.name, None, register=True)
         if not topic.ephemeral:
             self.persist_metadata()
 
     def topic_deleted(self, topic: Topic) -> None:
+        self._notify_lookupd(topic.name, None, register=False)
         if not topic.ephemeral:
             self.persist_metadata()
 
     def channel_created(self, topic: Topic, channel: Channel) -> None:
+        self._notify_lookupd(topic.name, channel.name, register=True)
         if not channel.ephemeral and not topic.ephemeral:
             self.persist_metadata()
 
     def channel_deleted(self, topic: Topic, channel: Channel) -> None:
+        self._notify_lookupd(topic.name, channel.name, register=False)
         if not channel.ephemeral and not topic.ephemeral:
             self.persist_metadata()
+
+    # ------------------------------------------------------------------ nsqlookupd
+
+    async def _start_lookup(self) -> None:
+        opts = self.options
+        self.lookup = LookupPeers(
+            opts.nsqlookupd_tcp_addresses,
+            self._lookup_identity,
+            self._registrations,
+            self.logger,
+            max_body_size=opts.max_body_size,
+            http_connect_timeout=opts.http_client_connect_timeout,
+            http_request_timeout=opts.http_client_request_timeout,
+        )
+        await self.lookup.start()
+
+    def _lookup_identity(self) -> dict[str, Any]:
+        opts = self.options
+        return nsqd_identity(
+            opts.broadcast_address,
+            opts.broadcast_tcp_port or self.tcp_port,
+            opts.broadcast_http_port or self.http_port,
+        )
+
+    def _registrations(self) -> list[tuple[str, str | None]]:
+        """What every (re)connect to a lookupd registers: each channel, or a bare topic."""
+        out: list[tuple[str, str | None]] = []
+        for topic in self.topics.values():
+            if topic.channels:
+                out.extend((topic.name, name) for name in topic.channels)
+            else:
+                out.append((topic.name, None))
+        return out
+
+    def _notify_lookupd(self, topic: str, channel: str | None, register: bool) -> None:
+        if self.lookup is not None:
+            self.lookup.notify(topic, channel, register)
+
+    def lookupd_addresses_changed(self) -> None:
+        if self.lookup is not None:
+            self.lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
 
     # ------------------------------------------------------------------ metadata
 
@@ -373,9 +439,6 @@ class NSQD:
     def _write_metadata_now(self) -> None:
         self.logger.info(f"NSQ: persisting topic/channel metadata to {self.metadata_path}")
         self._write_metadata(metadata.snapshot(list(self.topics.values())))
-
-    def lookupd_addresses_changed(self) -> None:
-        pass
 
     # ------------------------------------------------------------------ backends and health
 

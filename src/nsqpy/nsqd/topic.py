@@ -44,6 +44,7 @@ class Topic:
         "nsqd",
         "paused",
         "skip_ids",
+        "started",
     )
 
     def __init__(self, name: str, nsqd: NSQD, backend: Backend) -> None:
@@ -62,6 +63,9 @@ class Topic:
         self.message_bytes = 0
         self._draining = False
         self.skip_ids: set[bytes] = set()
+        # Go's Topic.Start(): until then messages wait in the topic even if channels exist,
+        # so channels pre-created from nsqlookupd get the first messages too.
+        self.started = True
 
     # ------------------------------------------------------------------ channels
 
@@ -120,8 +124,12 @@ class Topic:
         self.message_count += len(msgs)
         self.message_bytes += total
 
+    def start(self) -> None:
+        self.started = True
+        self._schedule_drain()
+
     def _put(self, msg: Message) -> None:
-        if self._channel_list and not self.paused and not self._draining:
+        if self._channel_list and self.started and not self.paused and not self._draining:
             self._fan_out(msg)
             return
         if self.mem_capacity > 0 or self.ephemeral or msg.deferred:
@@ -146,7 +154,7 @@ class Topic:
     # ------------------------------------------------------------------ backlog
 
     def _schedule_drain(self) -> None:
-        if self._draining or not self._channel_list or self.paused:
+        if self._draining or not self._channel_list or self.paused or not self.started:
             return
         if not self.memory_queue and self.backend.depth() == 0:
             return
@@ -155,7 +163,7 @@ class Topic:
 
     def _drain_some(self) -> None:
         """Move a batch of the backlog to the channels, yielding between batches."""
-        if self.exiting or self.paused or not self._channel_list:
+        if self.exiting or self.paused or not self._channel_list or not self.started:
             self._draining = False
             return
         for _ in range(DRAIN_BATCH):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
 import re
 import socket
 import struct
@@ -98,19 +99,19 @@ def exchange(
             sock.sendall(data)
             if half_close:
                 sock.shutdown(socket.SHUT_WR)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the server may close while we are still writing
+        except OSError:  # the server may close (and reset) while we are still writing
+            pass
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             sock.settimeout(max(deadline - time.monotonic(), 0.01))
             try:
                 chunk = sock.recv(65536)
-            except ConnectionResetError:
-                break
             except TimeoutError:
                 raise AssertionError(
                     f"server neither answered nor closed: {bytes(out)!r}"
                 ) from None
+            except OSError:  # a reset after the server closed
+                break
             if not chunk:
                 break
             out += chunk
@@ -299,12 +300,14 @@ def exchange_in_pieces(address: tuple[str, int], data: bytes, piece: int) -> byt
                 sock.sendall(data[i : i + piece])
                 time.sleep(0.001)
             sock.shutdown(socket.SHUT_WR)
-        except (BrokenPipeError, ConnectionResetError):
+        except OSError:  # the server may close (and reset) while we are still writing
             pass
         while True:
             try:
                 chunk = sock.recv(65536)
-            except ConnectionResetError:
+            except TimeoutError:
+                raise
+            except OSError:  # a reset after the server closed
                 break
             if not chunk:
                 break
@@ -424,6 +427,55 @@ def test_tcp_near_valid_command_streams(
 
 
 @settings(FUZZ_SETTINGS, max_examples=100)
+@given(
+    commands=st.lists(near_valid_command(), min_size=1, max_size=6),
+    piece=st.integers(min_value=1, max_value=40),
+)
+def test_tcp_near_valid_streams_in_pieces(
+    target: DaemonProcess, sentinel: Sentinel, commands: list[bytes], piece: int
+) -> None:
+    check_v2_answer(exchange_in_pieces(target.tcp_address, MAGIC + b"".join(commands), piece))
+    sentinel.check()
+
+
+def test_tcp_many_concurrent_bad_and_idle_connections(
+    target: DaemonProcess, sentinel: Sentinel
+) -> None:
+    """Idle and misbehaving connections in bulk must not stall a well-behaved client."""
+    rng = random.Random(1234)
+    idle = [connect(target) for _ in range(50)]  # magic sent, then nothing
+    bad = []
+    try:
+        for i in range(50):
+            sock = socket.create_connection(target.tcp_address, timeout=3.0)
+            garbage = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300)))
+            sock.sendall(MAGIC + garbage if i % 2 else garbage)
+            bad.append(sock)
+        for _ in range(20):
+            sentinel.check()
+        for sock in bad:
+            sock.shutdown(socket.SHUT_WR)
+        for sock in bad:
+            sock.settimeout(3.0)
+            while True:
+                try:
+                    if not sock.recv(65536):
+                        break
+                except TimeoutError:
+                    raise AssertionError("server did not close a half-closed connection") from None
+                except OSError:
+                    break
+        for conn in idle:
+            assert conn.is_open()
+    finally:
+        for sock in bad:
+            sock.close()
+        for conn in idle:
+            conn.close()
+    sentinel.check()
+
+
+@settings(FUZZ_SETTINGS, max_examples=100)
 @given(commands=st.lists(near_valid_command(), min_size=1, max_size=6))
 def test_tcp_garbage_on_a_live_session_keeps_others_working(
     target: DaemonProcess, sentinel: Sentinel, commands: list[bytes]
@@ -435,16 +487,18 @@ def test_tcp_garbage_on_a_live_session_keeps_others_working(
         conn.rdy(5)
         try:
             conn.send(b"".join(commands))
-        except (BrokenPipeError, ConnectionResetError):
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:  # the server may close (and reset) while we are still writing
             pass
-        conn.sock.shutdown(socket.SHUT_WR)
         rest = bytearray()
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             conn.sock.settimeout(max(deadline - time.monotonic(), 0.01))
             try:
                 chunk = conn.sock.recv(65536)
-            except ConnectionResetError:
+            except TimeoutError:
+                raise
+            except OSError:  # a reset after the server closed
                 break
             if not chunk:
                 break

@@ -28,15 +28,16 @@ def install_event_loop_policy() -> None:
 
 async def serve(opts: Options) -> int:
     nsqd = NSQD(opts)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    # before start(): a signal right after "listening on" must still shut down cleanly
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
         await nsqd.start()
     except NSQDError as exc:
         nsqd.logger.fatal(str(exc))
         return 1
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await nsqd.stop()
     return 0

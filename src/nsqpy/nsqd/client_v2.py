@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import TYPE_CHECKING, cast
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import (
     FRAME_HEARTBEAT,
@@ -23,8 +24,19 @@ from ..protocol import (
     encode_response,
 )
 from ..protocol.commands import Command
+from ..protocol.compression import (
+    CompressionError,
+    DeflateReader,
+    DeflateWriter,
+    SnappyFrameReader,
+    SnappyFrameWriter,
+)
+from .tls import TLSError, TLSSession
 
 if TYPE_CHECKING:
+    from OpenSSL import SSL
+
+    from .auth import AuthState
     from .channel import Channel
     from .message import Message
     from .nsqd import NSQD
@@ -32,6 +44,11 @@ if TYPE_CHECKING:
 STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING = range(5)
 DEFAULT_BUFFER_SIZE = 16 * 1024
 _BAD_PROTOCOL = encode_error(b"E_BAD_PROTOCOL")
+TLS_HANDSHAKE_TIMEOUT = 5.0
+
+
+class NeedsReauth(Exception):
+    """A command needs the expired AUTH state refreshed (asynchronously) before it can run."""
 
 
 class ClientV2(asyncio.Protocol):
@@ -62,7 +79,21 @@ class ClientV2(asyncio.Protocol):
         self.tls = False
         self.snappy = False
         self.deflate = False
-        self.auth_state: object | None = None
+        self.auth_state: AuthState | None = None
+        self.auth_secret = ""
+        self.tls_version = ""
+        self.tls_cipher = ""
+        self.tls_common_name = ""
+        self._tls_session: TLSSession | None = None
+        self._tls_backlog: list[bytes] = []
+        self._pending_compression: tuple[str, int] = ("", 0)
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._compressor: SnappyFrameWriter | DeflateWriter | None = None
+        self._decompressor: SnappyFrameReader | DeflateReader | None = None
+        self._suspended = False
+        self._stash: list[Command] = []
+        self._held: list[bytes] = []
+        self._task: asyncio.Task[None] | None = None
         self._parser = CommandParser(opts.max_msg_size, opts.max_body_size)
         self._magic = b""
         self._out: list[bytes] = []
@@ -96,9 +127,11 @@ class ClientV2(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.state = STATE_CLOSING
-        for handle in (self._heartbeat_timer, self._flush_timer):
+        for handle in (self._heartbeat_timer, self._flush_timer, self._handshake_timer):
             if handle is not None:
                 handle.cancel()
+        if self._task is not None:
+            self._task.cancel()
         self._out.clear()
         self.nsqd.logger.info(f"PROTOCOL(V2): [{self.remote_address}] exiting ioloop")
         if self.channel is not None:
@@ -109,6 +142,23 @@ class ClientV2(asyncio.Protocol):
         if self._closed:
             return
         self._last_read = self.nsqd.now()
+        if self._tls_session is not None:
+            data = self._receive_tls(data)
+        if self._decompressor is not None and data:
+            try:
+                data = self._decompressor.decompress(data)
+            except CompressionError as exc:
+                self.nsqd.logger.error(f"[{self.remote_address}] - {exc}")
+                self.close()
+                return
+        if not data:
+            return
+        if self._suspended:  # an AUTH is in progress: keep the order of commands
+            self._held.append(data)
+            return
+        self._process(data)
+
+    def _process(self, data: bytes) -> None:
         if len(self._magic) < 4:
             need = 4 - len(self._magic)
             self._magic += data[:need]
@@ -131,6 +181,16 @@ class ClientV2(asyncio.Protocol):
         except LineTooLong as exc:  # Go runs the commands before the long line, then fails
             commands = exc.commands
             too_long = True
+        self._run_batch(commands)
+        if too_long and not self._closed:
+            self.nsqd.logger.error(
+                f"[{self.remote_address}] - failed to read command - bufio: buffer full"
+            )
+            self.close()
+        elif not self._closed and not self._suspended and self._parser.pending is not None:
+            self._check_pending_header()
+
+    def _run_batch(self, commands: list[Command]) -> None:
         self._in_batch = True
         try:
             self._exec_all(commands)
@@ -138,18 +198,11 @@ class ClientV2(asyncio.Protocol):
             self._in_batch = False
         if self._must_flush and not self._closed:
             self.flush()
-        if too_long and not self._closed:
-            self.nsqd.logger.error(
-                f"[{self.remote_address}] - failed to read command - bufio: buffer full"
-            )
-            self.close()
-        elif not self._closed and self._parser.pending is not None:
-            self._check_pending_header()
 
     def eof_received(self) -> bool:
         """The peer finished sending: report a command cut short, as Go does, then close."""
         truncated = self._parser.truncated() if len(self._magic) == 4 else None
-        if truncated is not None and not self._closed:
+        if truncated is not None and not self._closed and not self._suspended:
             err = self.nsqd.protocol.truncated_error(self, *truncated)
             if err is not None:
                 self.send_error(err)
@@ -157,7 +210,7 @@ class ClientV2(asyncio.Protocol):
 
     def _exec_all(self, commands: list[Command]) -> None:
         handlers = self.nsqd.protocol.handlers
-        for command in commands:
+        for index, command in enumerate(commands):
             try:
                 handler = handlers.get(command.name)
                 if handler is None:
@@ -166,12 +219,55 @@ class ClientV2(asyncio.Protocol):
                         "E_INVALID", f"invalid command {command.name.decode(errors='replace')}"
                     )
                 response = handler(self, command)
-                if response is not None:
+                if isinstance(response, bytes):
                     self.send_response(response)
+                elif response is not None:  # AUTH: wait for the auth server, in order
+                    self._suspend(response, commands[index + 1 :])
+                    return
+            except NeedsReauth:
+                self._suspend(self.nsqd.reauthenticate(self), commands[index:])
+                return
             except ProtocolError as err:
                 self.send_error(err)
                 if err.fatal:
                     return
+            if self._closed:
+                return
+
+    # ------------------------------------------------------------------ asynchronous commands
+
+    def _suspend(self, pending: Awaitable[bytes | None], rest: list[Command]) -> None:
+        """Hold the rest of the stream until ``pending`` (an auth query) has answered."""
+        self._suspended = True
+        self._stash = rest
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self._task = self.loop.create_task(self._resume_after(pending))
+
+    async def _resume_after(self, pending: Awaitable[bytes | None]) -> None:
+        try:
+            response = await pending
+        except ProtocolError as err:
+            response = None
+            if self._closed:
+                return
+            self.send_error(err)
+            if err.fatal:
+                return
+        if self._closed:
+            return
+        if response:
+            self.send_response(response)
+        self._suspended = False
+        rest, self._stash = self._stash, []
+        held, self._held = self._held, []
+        self._run_batch(rest)
+        while held and not self._closed and not self._suspended:
+            self._process(held.pop(0))
+        if self._suspended:
+            self._held[:0] = held
+        elif not self._closed and self.transport is not None:
+            self.transport.resume_reading()
 
     def _check_pending_header(self) -> None:
         """Report errors Go raises before it reads a body, without waiting for the body."""
@@ -190,8 +286,92 @@ class ClientV2(asyncio.Protocol):
     # ------------------------------------------------------------------ output
 
     def _write(self, data: bytes) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.write(data)
+        if self.transport is None or self._closed:
+            return
+        if self._compressor is not None:
+            data = self._compressor.compress(data)
+        session = self._tls_session
+        if session is not None:
+            if not session.handshake_done:
+                self._tls_backlog.append(data)
+                return
+            try:
+                data = session.send(data)
+            except TLSError as exc:
+                self.nsqd.logger.error(f"[{self.remote_address}] - TLS: {exc}")
+                self.close()
+                return
+        self.transport.write(data)
+
+    # ------------------------------------------------------------------ upgrades (IDENTIFY)
+
+    def start_upgrades(self, tls_context: SSL.Context | None, compression: str, level: int) -> None:
+        """After the IDENTIFY response: TLS (then OK over TLS), then compression (then OK)."""
+        self.flush()  # the JSON response goes out in plain text
+        if tls_context is not None:
+            self.nsqd.logger.info(f"PROTOCOL(V2): [{self}] upgrading connection to TLS")
+            self._tls_session = TLSSession(tls_context)
+            self._pending_compression = (compression, level)
+            self._handshake_timer = self.loop.call_later(
+                TLS_HANDSHAKE_TIMEOUT, self._handshake_timed_out
+            )
+            return
+        self._upgrade_compression(compression, level)
+
+    def _receive_tls(self, data: bytes) -> bytes:
+        session = self._tls_session
+        assert session is not None
+        was_done = session.handshake_done
+        try:
+            plain, outgoing = session.receive(data)
+        except TLSError as exc:
+            self.nsqd.logger.error(f"[{self}] - IDENTIFY failed TLS handshake: {exc}")
+            self.close()
+            return b""
+        if outgoing and self.transport is not None:
+            self.transport.write(outgoing)
+        if session.handshake_done and not was_done:
+            self._tls_ready(session)
+        if session.closed:
+            self.close()
+        return plain
+
+    def _tls_ready(self, session: TLSSession) -> None:
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+        self.tls = True
+        self.tls_version = session.version
+        self.tls_cipher = session.cipher
+        self.tls_common_name = session.peer_common_name
+        backlog, self._tls_backlog = self._tls_backlog, []
+        for data in backlog:
+            self._write(data)
+        self._out.append(encode_response(b"OK"))
+        self.flush()
+        compression, level = self._pending_compression
+        self._upgrade_compression(compression, level)
+
+    def _handshake_timed_out(self) -> None:
+        if self._tls_session is not None and not self._tls_session.handshake_done:
+            self.nsqd.logger.error(f"[{self}] - IDENTIFY failed TLS handshake timeout")
+            self.close()
+
+    def _upgrade_compression(self, compression: str, level: int) -> None:
+        if compression == "snappy":
+            self.nsqd.logger.info(f"PROTOCOL(V2): [{self}] upgrading connection to snappy")
+            self._compressor = SnappyFrameWriter()
+            self._decompressor = SnappyFrameReader()
+            self.snappy = True
+        elif compression == "deflate":
+            self.nsqd.logger.info(
+                f"PROTOCOL(V2): [{self}] upgrading connection to deflate (level {level})"
+            )
+            self._compressor = DeflateWriter(level)
+            self._decompressor = DeflateReader()
+            self.deflate = True
+        else:
+            return
+        self._send_frame(encode_response(b"OK"))
 
     def flush(self) -> None:
         self._must_flush = False
@@ -328,11 +508,11 @@ class ClientV2(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
 
-    def tls_stats(self) -> dict[str, object]:
+    def tls_stats(self) -> dict[str, Any]:
         return {
             "tls": self.tls,
-            "tls_cipher_suite": "",
-            "tls_version": "",
+            "tls_cipher_suite": self.tls_cipher,
+            "tls_version": self.tls_version,
             "tls_negotiated_protocol": "",
             "tls_negotiated_protocol_is_mutual": False,
         }

@@ -12,8 +12,10 @@ from aiohttp import web
 
 from .. import NSQ_VERSION
 from ..internal import lg
-from ..internal.flags import render_value, specs
+from ..internal.flags import TLS_REQUIRED_ALL, render_value, specs
 from ..internal.http_api import (
+    JSON_CONTENT_TYPE,
+    V1_HEADERS,
     ApiError,
     go_json,
     plain_text,
@@ -336,10 +338,25 @@ class HTTPServer:
             raise ApiError(400, "INVALID_OPTION")
 
 
+def tls_required_middleware(nsqd: NSQD) -> Any:
+    """--tls-required=true: the plain listener answers every request with Go's 403 body."""
+
+    @web.middleware
+    async def require_tls(request: web.Request, handler: Any) -> web.StreamResponse:
+        body = f'{{"message": "TLS_REQUIRED", "https_port": {nsqd.https_port}}}'
+        headers = {**V1_HEADERS, "Content-Type": JSON_CONTENT_TYPE}
+        return web.Response(status=403, body=body.encode(), headers=headers)
+
+    return require_tls
+
+
 def build_app(nsqd: NSQD, tls_listener: bool = False) -> web.Application:
     server = HTTPServer(nsqd, tls_listener)
+    middlewares = [v1_errors]
+    if not tls_listener and nsqd.options.tls_required == TLS_REQUIRED_ALL:
+        middlewares.insert(0, tls_required_middleware(nsqd))
     app = web.Application(
-        middlewares=[v1_errors], client_max_size=max(nsqd.options.max_body_size, 1 << 20) + 1
+        middlewares=middlewares, client_max_size=max(nsqd.options.max_body_size, 1 << 20) + 1
     )
     app["logger"] = nsqd.logger
     app.add_routes(server.routes())

@@ -23,6 +23,12 @@ magic, IDENTIFY, then REGISTER for all current topics and channels. A PING every
 command closes the connection; commands queued while the peer cannot connect are dropped,
 because the next connect registers the whole current state anyway.
 
+Unlike Go, which notices a lookupd restart only when its next command (at worst the next PING)
+fails, a peer also watches its idle connection: lookupd never speaks unprompted, so EOF or stray
+bytes mean it is gone. Such a drop, or a command failing on an established connection, starts
+reconnect attempts after ``RECONNECT_DELAY``, doubling up to the ping interval, until one
+succeeds; a restarted lookupd so gets the registrations back within about a second.
+
 All methods must be called from the event loop's thread.
 """
 
@@ -59,6 +65,8 @@ DEFAULT_PING_INTERVAL = 15.0
 DIAL_TIMEOUT = 1.0
 IO_TIMEOUT = 1.0
 DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
+#: first pause before reconnecting after a dropped connection (it doubles per failed attempt)
+RECONNECT_DELAY = 0.1
 
 
 def nsqd_identity(
@@ -105,6 +113,8 @@ class LookupPeer:
         "_owner",
         "_queue",
         "_reader",
+        "_retry_at",
+        "_retry_delay",
         "_task",
         "_wakeup",
         "_writer",
@@ -125,6 +135,9 @@ class LookupPeer:
         self._task: asyncio.Task[None] | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        #: when to try reconnecting after a dropped connection (None: not reconnecting)
+        self._retry_at: float | None = None
+        self._retry_delay = RECONNECT_DELAY
 
     def __repr__(self) -> str:
         return f"LookupPeer({self.addr!r}, connected={self.connected})"
@@ -175,13 +188,69 @@ class LookupPeer:
                     self._owner.log(lg.DEBUG, f"LOOKUPD({self.addr}): sending heartbeat")
                     await self.command(ping())
                     continue
-                self._wakeup.clear()
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), next_ping - now)
-                except TimeoutError:
-                    pass
+                retry_at = self._retry_at
+                if retry_at is not None and now >= retry_at:
+                    await self._reconnect()
+                    continue
+                wake_at = next_ping if retry_at is None else min(next_ping, retry_at)
+                await self._idle(wake_at - now)
         finally:
             self._disconnect()
+
+    async def _idle(self, timeout: float) -> None:
+        """Wait for a queued command or ``timeout``, noticing meanwhile if lookupd hangs up."""
+        self._wakeup.clear()
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wakeup.wait())]
+        reader = self._reader if self.connected else None
+        if reader is not None:
+            waiters.append(asyncio.ensure_future(reader.read(1)))
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            # the cancelled read must be over before a command reads the same stream
+            await asyncio.wait(waiters)
+        if reader is None or reader is not self._reader:
+            return
+        watch = waiters[1]
+        if watch.cancelled():
+            return
+        exc = watch.exception()
+        if exc is not None:
+            reason = _error_text(exc)
+        else:
+            data = watch.result()
+            reason = "EOF" if not data else f"unexpected data {data!r}"
+        self._owner.log(lg.ERROR, f"LOOKUPD({self.addr}): connection lost - {reason}")
+        self._disconnect()
+        self._schedule_reconnect()
+
+    def _schedule_reconnect(self) -> None:
+        self._retry_at = asyncio.get_running_loop().time() + self._retry_delay
+
+    async def _reconnect(self) -> None:
+        """One attempt after a dropped connection; on failure wait twice as long next time."""
+        if self.connected:
+            self._retry_at = None
+            return
+        try:
+            await self._connect()
+        except (OSError, TimeoutError, _ConnectFailed) as exc:
+            self._disconnect()
+            self._retry_delay = min(self._retry_delay * 2, self._owner.ping_interval)
+            self._schedule_reconnect()
+            self._owner.log(
+                lg.WARN,
+                f"LOOKUPD({self.addr}): reconnect failed - {_error_text(exc)}; "
+                f"retrying in {self._retry_delay:g}s",
+            )
+            return
+        self._reconnected()
+
+    def _reconnected(self) -> None:
+        self._retry_at = None
+        self._retry_delay = RECONNECT_DELAY
 
     # ------------------------------------------------------------------ commands
 
@@ -200,6 +269,7 @@ class LookupPeer:
                 if cmd is not None:
                     log(lg.ERROR, f"LOOKUPD({self.addr}): {_describe(cmd)} - {_error_text(exc)}")
                 return None
+            self._reconnected()
         if cmd is None:
             return None
         try:
@@ -207,6 +277,7 @@ class LookupPeer:
         except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
             log(lg.ERROR, f"LOOKUPD({self.addr}): {_describe(cmd)} - {_error_text(exc)}")
             self._disconnect()
+            self._schedule_reconnect()
             return None
 
     async def _connect(self) -> None:

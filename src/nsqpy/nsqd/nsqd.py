@@ -14,23 +14,27 @@ from typing import TYPE_CHECKING, Any
 from .. import NSQ_VERSION
 from ..internal import lg
 from ..internal.flags import TLS_NOT_REQUIRED, TLS_REQUIRED_ALL
-from ..protocol import MESSAGE_HEADER_LENGTH, ProtocolError, is_valid_name
+from ..internal.http_api import go_json
+from ..protocol import MESSAGE_HEADER_LENGTH, ProtocolError, go_quote, is_valid_name
 from . import deferred_store, metadata
+from .auth import AuthClient, AuthError
 from .backend import Backend, NullBackend
 from .channel import Channel
-from .client_v2 import ClientV2
+from .client_v2 import ClientV2, NeedsReauth
 from .deferred_store import DeferredRecord
 from .diskqueue import DiskQueue, DiskQueueError
 from .lookup import LookupPeers, nsqd_identity
 from .options import HOSTNAME, Options
 from .protocol_v2 import ProtocolV2
 from .stats import E2EStream
+from .tls import build_server_context, tls_protocol_factory
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from aiohttp import web
+    from OpenSSL import SSL
 
     from .message import Message
 
@@ -112,6 +116,11 @@ class NSQD:
         self._persisting: asyncio.Future[None] | None = None
         self._deferred_records: dict[str, DeferredRecord] = {}
         self.lookup: LookupPeers | None = None
+        self.tls_context: SSL.Context | None = None
+        self.auth: AuthClient | None = None
+        self.https_listen = ""
+        self._https_server: asyncio.AbstractServer | None = None
+        self._https_runner: web.AppRunner | None = None
         self._background: set[asyncio.Task[None]] = set()
 
     def _validate(self) -> None:
@@ -133,7 +142,17 @@ class NSQD:
                 raise ValueError(f"invalid E2E processing latency percentile: {pct:g}")
 
     def setup_tls(self) -> None:
-        """Build the TLS server context (the security issue fills this in)."""
+        """Build the TLS server context from --tls-cert/--tls-key and the client policy."""
+        self.tls_context = build_server_context(self.options)
+        if self.auth_enabled:
+            opts = self.options
+            self.auth = AuthClient(
+                opts.auth_http_addresses,
+                opts.auth_http_request_method,
+                opts.http_client_connect_timeout,
+                opts.http_client_request_timeout,
+                opts.tls_root_ca_file,
+            )
 
     # ------------------------------------------------------------------ clocks
 
@@ -162,6 +181,7 @@ class NSQD:
             self._validate()
         except ValueError as exc:
             raise NSQDError(INSTANTIATE + str(exc)) from None
+        self.protocol = ProtocolV2(self)  # after _validate, which may force TLS-required
         try:
             tcp_sock = bind_socket(opts.tcp_address)
         except OSError as exc:
@@ -182,6 +202,8 @@ class NSQD:
         self.logger.info(f"TCP: listening on {self.tcp_listen}")
         if opts.http_address:
             await self._start_http(opts.http_address)
+        if self.tls_context is not None and opts.https_address:
+            await self._start_https(opts.https_address)
         self._tasks.append(self.loop.create_task(self._queue_scan_loop()))
         self._tasks.append(self.loop.create_task(self._sync_loop()))
         await self._start_lookup()
@@ -204,6 +226,26 @@ class NSQD:
         await web.SockSite(runner, sock).start()
         self._http_runner = runner
         self.logger.info(f"HTTP: listening on {self.http_listen}")
+
+    async def _start_https(self, address: str) -> None:
+        from aiohttp import web
+
+        from .http import build_app
+
+        assert self.tls_context is not None
+        try:
+            sock = bind_socket(address)
+        except OSError as exc:
+            raise NSQDError(INSTANTIATE + f"listen ({address}) failed - {exc}") from None
+        self.https_listen = format_address(sock.getsockname())
+        self.https_port = sock.getsockname()[1]
+        runner = web.AppRunner(build_app(self, tls_listener=True), access_log=None)
+        await runner.setup()
+        assert runner.server is not None
+        factory = tls_protocol_factory(self.tls_context, runner.server)
+        self._https_server = await self.loop.create_server(factory, sock=sock)
+        self._https_runner = runner
+        self.logger.info(f"HTTPS: listening on {self.https_listen}")
 
     def _new_client(self) -> ClientV2:
         self._client_seq += 1
@@ -229,6 +271,12 @@ class NSQD:
         if self._http_runner is not None:
             self.logger.info(f"HTTP: closing {self.http_listen}")
             await self._http_runner.cleanup()
+        if self._https_server is not None and self._https_runner is not None:
+            self.logger.info(f"HTTPS: closing {self.https_listen}")
+            self._https_server.close()
+            await self._https_runner.cleanup()
+        if self.auth is not None:
+            await self.auth.close()
         if self._persisting is not None:
             await self._persisting
         self._write_metadata_now()
@@ -620,11 +668,12 @@ class NSQD:
 
     def identify_response(
         self, client: ClientV2, data: dict[str, Any]
-    ) -> tuple[bytes, list[Callable[[], None]]]:
+    ) -> tuple[bytes, SSL.Context | None, str, int]:
+        """The IDENTIFY JSON and the upgrades it promised: (json, TLS, compression, level)."""
         opts = self.options
         tls_v1 = self.tls_enabled and bool(data.get("tls_v1"))
-        deflate = self.deflate_available and opts.deflate and bool(data.get("deflate"))
-        snappy = self.snappy_available and opts.snappy and bool(data.get("snappy"))
+        deflate = opts.deflate and bool(data.get("deflate"))
+        snappy = opts.snappy and bool(data.get("snappy"))
         level = 6
         requested_level = data.get("deflate_level") or 0
         if deflate and requested_level > 0:
@@ -650,13 +699,12 @@ class NSQD:
             "output_buffer_timeout": round(client.output_buffer_timeout * 1000),
         }
         body = json.dumps(response, separators=(",", ":")).encode()
-        return body, []
+        compression = "snappy" if snappy else "deflate" if deflate else ""
+        return body, self.tls_context if tls_v1 else None, compression, level
 
-    # Transport features arrive with the security issue; until then IDENTIFY answers as a Go
-    # nsqd started without TLS and with --snappy=false --deflate=false.
-    tls_enabled = False
-    snappy_available = False
-    deflate_available = False
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_context is not None
 
     # ------------------------------------------------------------------ AUTH
 
@@ -664,16 +712,49 @@ class NSQD:
     def auth_enabled(self) -> bool:
         return bool(self.options.auth_http_addresses)
 
-    def authenticate(self, client: ClientV2, secret: bytes) -> bytes | None:
-        if client.auth_state is not None:
-            raise ProtocolError("E_INVALID", "AUTH already set")
-        if not self.auth_enabled:
-            raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
-        raise ProtocolError("E_AUTH_FAILED", "AUTH failed")
+    async def authenticate(self, client: ClientV2, secret: bytes) -> bytes | None:
+        """AUTH: ask the auth servers what this secret may do (Go: clientV2.Auth)."""
+        client.auth_secret = secret.decode("utf-8", errors="surrogateescape")
+        await self._query_auth(client)
+        state = client.auth_state
+        if state is None or not state.authorizations:
+            raise ProtocolError("E_UNAUTHORIZED", "AUTH no authorizations found")
+        return go_json(
+            {
+                "identity": state.identity,
+                "identity_url": state.identity_url,
+                "permission_count": len(state.authorizations),
+            }
+        )
+
+    async def reauthenticate(self, client: ClientV2) -> bytes | None:
+        """An expired AUTH is refreshed lazily, when a command needs it (Go: IsAuthorized)."""
+        await self._query_auth(client)
+        return None
+
+    async def _query_auth(self, client: ClientV2) -> None:
+        assert self.auth is not None
+        remote_ip = client.remote_address.rpartition(":")[0].strip("[]")
+        try:
+            client.auth_state = await self.auth.query_any(
+                remote_ip, client.tls, client.tls_common_name, client.auth_secret
+            )
+        except AuthError as exc:
+            self.logger.warn(f"PROTOCOL(V2): [{client}] AUTH failed {exc}")
+            raise ProtocolError("E_AUTH_FAILED", "AUTH failed") from None
 
     def check_auth(self, client: ClientV2, cmd: str, topic: str, channel: str) -> None:
-        if self.auth_enabled and client.auth_state is None:
+        if not self.auth_enabled:
+            return
+        state = client.auth_state
+        if state is None or not state.authorizations:
             raise ProtocolError("E_AUTH_FIRST", f"AUTH required before {cmd}")
+        if state.expired():
+            raise NeedsReauth
+        if not state.allows(topic, channel):
+            raise ProtocolError(
+                "E_UNAUTHORIZED", f"AUTH failed for {cmd} on {go_quote(topic)} {go_quote(channel)}"
+            )
 
     # ------------------------------------------------------------------ stats support
 

@@ -7,7 +7,7 @@ raises :class:`ProtocolError` with Go's exact code and text. Checks run in Go's 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
@@ -24,14 +24,15 @@ from ..protocol import (
 )
 from ..protocol.commands import Command
 from .channel import ChannelError
-from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, NeedsReauth
 from .topic import TopicError
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
     from .nsqd import NSQD
 
-Handler = Callable[["ClientV2", Command], bytes | None]
+#: A handler answers with bytes, nothing, or (AUTH) an awaitable the connection waits for.
+Handler = Callable[["ClientV2", Command], "bytes | Awaitable[bytes | None] | None"]
 
 _IDENTIFY_INT_FIELDS = (
     "heartbeat_interval",
@@ -79,11 +80,7 @@ class ProtocolV2:
         }
         opts = nsqd.options
         self._tls_required = opts.tls_required != 0
-        if not self._tls_required:  # the plain path pays nothing for the TLS policy
-            self.handlers.update(
-                {name: handler for name, handler in self.handlers.items() if name != b"IDENTIFY"}
-            )
-        else:
+        if self._tls_required:  # wrapped only when required: the plain path pays nothing
             for name, handler in list(self.handlers.items()):
                 if name != b"IDENTIFY":
                     self.handlers[name] = self._with_tls_check(name, handler)
@@ -91,7 +88,7 @@ class ProtocolV2:
     # ------------------------------------------------------------------ policies
 
     def _with_tls_check(self, name: bytes, handler: Handler) -> Handler:
-        def checked(client: ClientV2, command: Command) -> bytes | None:
+        def checked(client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
             self.check_tls(client, name)
             return handler(client, command)
 
@@ -123,6 +120,8 @@ class ProtocolV2:
                 self._mpub_preconditions(client, params)
         except ProtocolError as err:
             return err
+        except NeedsReauth:
+            return None  # checked again, after re-auth, when the whole command has arrived
         return None
 
     def truncated_error(
@@ -150,7 +149,9 @@ class ProtocolV2:
 
     # ------------------------------------------------------------------ IDENTIFY / AUTH
 
-    def IDENTIFY(self, client: ClientV2, command: Command) -> bytes | None:
+    def IDENTIFY(
+        self, client: ClientV2, command: Command
+    ) -> bytes | Awaitable[bytes | None] | None:
         if client.state != STATE_INIT:
             raise ProtocolError("E_INVALID", "cannot IDENTIFY in current state")
         body = self._body(command, "E_BAD_BODY", "IDENTIFY", self.nsqd.options.max_body_size)
@@ -163,10 +164,9 @@ class ProtocolV2:
         client.identified()
         if not data.get("feature_negotiation"):
             return OK
-        response, upgrades = self.nsqd.identify_response(client, data)
+        response, tls_context, compression, level = self.nsqd.identify_response(client, data)
         client.send_response(response)
-        for upgrade in upgrades:
-            upgrade()
+        client.start_upgrades(tls_context, compression, level)
         return None
 
     @staticmethod
@@ -199,9 +199,13 @@ class ProtocolV2:
         if params:
             raise ProtocolError("E_INVALID", "AUTH invalid number of parameters")
 
-    def AUTH(self, client: ClientV2, command: Command) -> bytes | None:
+    def AUTH(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
         self._auth_preconditions(client, command.params)
         body = self._body(command, "E_BAD_BODY", "AUTH", self.nsqd.options.max_body_size)
+        if client.auth_state is not None and client.auth_state.authorizations:
+            raise ProtocolError("E_INVALID", "AUTH already set")
+        if not self.nsqd.auth_enabled:
+            raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
         return self.nsqd.authenticate(client, body)
 
     # ------------------------------------------------------------------ consuming

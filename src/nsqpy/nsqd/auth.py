@@ -1,0 +1,175 @@
+"""AUTH against external auth servers (Go: internal/auth/authorizations.go).
+
+nsqd asks an auth server what a secret may do: ``GET <server>/auth?common_name=&remote_ip=
+&secret=&tls=`` (or POST with a JSON body), and caches the answer for its ``ttl`` seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import aiohttp
+
+ACCEPT = "application/vnd.nsq; version=1.0"
+PERMISSIONS = ("subscribe", "publish")
+
+
+class AuthError(Exception):
+    pass
+
+
+@dataclass
+class Authorization:
+    topic: re.Pattern[str]
+    channels: list[re.Pattern[str]]
+    permissions: list[str]
+
+    def allows(self, topic: str, channel: str) -> bool:
+        wanted = "subscribe" if channel else "publish"
+        if wanted not in self.permissions or not self.topic.search(topic):
+            return False
+        # Go checks the channel regexes for publish too, against "" (a publish-only grant
+        # needs a channel pattern such as ".*")
+        return any(pattern.search(channel) for pattern in self.channels)
+
+
+@dataclass
+class AuthState:
+    identity: str = ""
+    identity_url: str = ""
+    authorizations: list[Authorization] = field(default_factory=list)
+    expires: float = 0.0  # monotonic seconds
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.expires
+
+    def allows(self, topic: str, channel: str) -> bool:
+        return any(auth.allows(topic, channel) for auth in self.authorizations)
+
+
+def parse_state(body: bytes) -> AuthState:
+    """Validate an auth server's JSON answer as Go does; AuthError on anything wrong."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise AuthError(f"failed to decode response - {exc}") from None
+    if not isinstance(data, dict):
+        raise AuthError("failed to decode response - not an object")
+    authorizations = []
+    for entry in data.get("authorizations") or []:
+        permissions = [str(p) for p in entry.get("permissions") or []]
+        for permission in permissions:
+            if permission not in PERMISSIONS:
+                raise AuthError(f"unknown permission {permission}")
+        topic_pattern = _compile(str(entry.get("topic", "")), "topic")
+        channels = [_compile(str(c), "channel") for c in entry.get("channels") or []]
+        authorizations.append(Authorization(topic_pattern, channels, permissions))
+    ttl = data.get("ttl", 0)
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0:
+        raise AuthError(f"invalid TTL {ttl} (must be >0)")
+    return AuthState(
+        identity=str(data.get("identity", "")),
+        identity_url=str(data.get("identity_url", "")),
+        authorizations=authorizations,
+        expires=time.monotonic() + ttl,
+    )
+
+
+def _compile(pattern: str, what: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise AuthError(f'unable to compile {what} "{pattern}" {exc}') from None
+
+
+class AuthClient:
+    """Queries the configured auth servers, starting at a random one, first success wins."""
+
+    def __init__(
+        self,
+        addresses: list[str],
+        method: str,
+        connect_timeout: float,
+        request_timeout: float,
+        root_ca_file: str = "",
+    ) -> None:
+        self.addresses = addresses
+        self.method = method
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout, connect=connect_timeout)
+        self._ssl: ssl.SSLContext | bool = True
+        if root_ca_file:
+            self._ssl = ssl.create_default_context(cafile=root_ca_file)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def query_any(
+        self, remote_ip: str, tls: bool, common_name: str, secret: str
+    ) -> AuthState:
+        params = {
+            "common_name": common_name,
+            "remote_ip": remote_ip,
+            "secret": secret,
+            "tls": "true" if tls else "false",
+        }
+        errors: list[str] = []
+        start = random.randrange(len(self.addresses))
+        for i in range(len(self.addresses)):
+            address = self.addresses[(start + i) % len(self.addresses)]
+            try:
+                return await self._query(address, params)
+            except (AuthError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+                errors.append(f"failed to auth against {address} - {exc or type(exc).__name__}")
+        raise AuthError("; ".join(errors))
+
+    async def _query(self, address: str, params: dict[str, str]) -> AuthState:
+        endpoint = address if "://" in address else f"http://{address}/auth"
+        body = await self._request(endpoint, params)
+        return parse_state(body)
+
+    async def _request(self, endpoint: str, params: dict[str, str], retried: bool = False) -> bytes:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        headers = {"Accept": ACCEPT}
+        if self.method == "post":
+            payload = json.dumps({k: [v] for k, v in params.items()}).encode()
+            headers["Content-Type"] = "application/json"
+            request = self._session.post(endpoint, data=payload, headers=headers, ssl=self._ssl)
+        else:
+            url = f"{endpoint}?{urlencode(sorted(params.items()))}"
+            request = self._session.get(url, headers=headers, ssl=self._ssl)
+        async with request as response:
+            body = await response.read()
+            status = response.status
+        if status == 403 and not retried and endpoint.startswith("http://"):
+            https_port = _https_port(body)
+            if https_port is not None:
+                return await self._request(_to_https(endpoint, https_port), params, True)
+        if status != 200:
+            raise AuthError(f"got response {status} {body!r}")
+        return body
+
+
+def _https_port(body: bytes) -> int | None:
+    try:
+        data: Any = json.loads(body)
+    except ValueError:
+        return None
+    port = data.get("https_port") if isinstance(data, dict) else None
+    return port if isinstance(port, int) else None
+
+
+def _to_https(endpoint: str, port: int) -> str:
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return urlunsplit(("https", netloc, parts.path, parts.query, parts.fragment))

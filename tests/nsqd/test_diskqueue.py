@@ -395,7 +395,7 @@ def test_sync_timeout_needs_activity(tmp_path: Path, log: LogRecorder) -> None:
     queue.close()
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float = 2.0) -> None:
+async def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"

@@ -12,10 +12,18 @@ import re
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
+
+from ..internal import lg
+from ..internal.http_api import go_json
+from ..protocol import ProtocolError, go_quote
+from .errors import NeedsReauth
+
+if TYPE_CHECKING:
+    from .client_v2 import ClientV2
 
 ACCEPT = "application/vnd.nsq; version=1.0"
 PERMISSIONS = ("subscribe", "publish")
@@ -173,3 +181,64 @@ def _to_https(endpoint: str, port: int) -> str:
     host = parts.hostname or ""
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return urlunsplit(("https", netloc, parts.path, parts.query, parts.fragment))
+
+
+class Authenticator:
+    """The AUTH flow of one nsqd: AUTH, lazy re-auth on expiry, and permission checks."""
+
+    def __init__(self, client: AuthClient | None, logger: lg.Logger) -> None:
+        self.client = client
+        self.logger = logger
+
+    @property
+    def enabled(self) -> bool:
+        return self.client is not None
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    async def authenticate(self, conn: ClientV2, secret: bytes) -> bytes | None:
+        """AUTH: ask the auth servers what this secret may do (Go: clientV2.Auth)."""
+        conn.auth_secret = secret.decode("utf-8", errors="surrogateescape")
+        await self._query(conn)
+        state = conn.auth_state
+        if state is None or not state.authorizations:
+            raise ProtocolError("E_UNAUTHORIZED", "AUTH no authorizations found")
+        return go_json(
+            {
+                "identity": state.identity,
+                "identity_url": state.identity_url,
+                "permission_count": len(state.authorizations),
+            }
+        )
+
+    async def reauthenticate(self, conn: ClientV2) -> bytes | None:
+        """An expired AUTH is refreshed lazily, when a command needs it (Go: IsAuthorized)."""
+        await self._query(conn)
+        return None
+
+    async def _query(self, conn: ClientV2) -> None:
+        assert self.client is not None
+        remote_ip = conn.remote_address.rpartition(":")[0].strip("[]")
+        try:
+            conn.auth_state = await self.client.query_any(
+                remote_ip, conn.tls, conn.tls_common_name, conn.auth_secret
+            )
+        except AuthError as exc:
+            self.logger.warn(f"PROTOCOL(V2): [{conn}] AUTH failed {exc}")
+            raise ProtocolError("E_AUTH_FAILED", "AUTH failed") from None
+
+    def check(self, conn: ClientV2, cmd: str, topic: str, channel: str) -> None:
+        """Go's CheckAuth; raises NeedsReauth when the cached answer has expired."""
+        if self.client is None:
+            return
+        state = conn.auth_state
+        if state is None or not state.authorizations:
+            raise ProtocolError("E_AUTH_FIRST", f"AUTH required before {cmd}")
+        if state.expired():
+            raise NeedsReauth
+        if not state.allows(topic, channel):
+            raise ProtocolError(
+                "E_UNAUTHORIZED", f"AUTH failed for {cmd} on {go_quote(topic)} {go_quote(channel)}"
+            )

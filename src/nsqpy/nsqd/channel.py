@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..protocol.names import is_ephemeral
 from .backend import Backend
+from .errors import BackendWriteError
 from .message import Message, message_from_bytes
 
 if TYPE_CHECKING:
@@ -149,13 +150,22 @@ class Channel:
     # ------------------------------------------------------------------ putting messages
 
     def put_message(self, msg: Message) -> None:
-        """A message from the topic (counted in ``message_count``)."""
+        """A message from the topic (counted in ``message_count``); a failed disk write
+        fails the publish."""
         self.message_count += 1
         self.put(msg)
 
     def put_message_deferred(self, msg: Message, delay: float) -> None:
         self.message_count += 1
         self.start_deferred_timeout(msg, delay)
+
+    def requeue(self, msg: Message) -> None:
+        """Put back a message nsqd already accepted (REQ, timeout, deferral due): if the disk
+        refuses it, keep it in memory beyond --mem-queue-size rather than lose it."""
+        try:
+            self.put(msg)
+        except BackendWriteError:
+            self.memory_queue.append(msg)
 
     def put(self, msg: Message) -> None:
         """Hand ``msg`` to a ready consumer, else queue it in memory, else in the backend."""
@@ -218,7 +228,7 @@ class Channel:
         if delay == 0:
             if self.exiting:
                 raise ChannelError("exiting")
-            self.put(msg)
+            self.requeue(msg)
             return
         self.start_deferred_timeout(msg, delay)
 
@@ -260,7 +270,7 @@ class Channel:
             msg.client = None
             if owner is not None:
                 owner.timed_out_message()
-            self.put(msg)
+            self.requeue(msg)
         return bool(expired)
 
     # ------------------------------------------------------------------ deferred
@@ -280,7 +290,7 @@ class Channel:
             if self.deferred.pop(msg_id, None) is not msg:
                 continue
             dirty = True
-            self.put(msg)
+            self.requeue(msg)
         return dirty
 
     # ------------------------------------------------------------------ state

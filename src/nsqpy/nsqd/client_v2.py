@@ -31,6 +31,7 @@ from ..protocol.compression import (
     SnappyFrameReader,
     SnappyFrameWriter,
 )
+from .errors import NeedsReauth
 from .tls import TLSError, TLSSession
 
 if TYPE_CHECKING:
@@ -45,10 +46,6 @@ STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING
 DEFAULT_BUFFER_SIZE = 16 * 1024
 _BAD_PROTOCOL = encode_error(b"E_BAD_PROTOCOL")
 TLS_HANDSHAKE_TIMEOUT = 5.0
-
-
-class NeedsReauth(Exception):
-    """A command needs the expired AUTH state refreshed (asynchronously) before it can run."""
 
 
 class ClientV2(asyncio.Protocol):
@@ -225,7 +222,7 @@ class ClientV2(asyncio.Protocol):
                     self._suspend(response, commands[index + 1 :])
                     return
             except NeedsReauth:
-                self._suspend(self.nsqd.reauthenticate(self), commands[index:])
+                self._suspend(self.nsqd.auth.reauthenticate(self), commands[index:])
                 return
             except ProtocolError as err:
                 self.send_error(err)

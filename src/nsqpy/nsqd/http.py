@@ -25,6 +25,7 @@ from ..internal.http_api import (
     v1_text,
 )
 from ..protocol import ProtocolError, is_valid_channel_name, is_valid_topic_name, parse_mpub_body
+from .errors import BackendWriteError
 from .options import Options
 from .stats import get_stats, memory_stats, stats_json, stats_text
 from .topic import TopicError
@@ -154,9 +155,15 @@ class HTTPServer:
         msg.deferred = delay
         try:
             topic.put_message(msg)
-        except (TopicError, OSError):
+        except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
+        await self._synced()
         return v1_text("OK")
+
+    async def _synced(self) -> None:
+        pending = self.nsqd.syncs_before(b"")
+        if not isinstance(pending, bytes):
+            await pending
 
     async def mpub(self, request: web.Request) -> web.Response:
         opts = self.nsqd.options
@@ -188,8 +195,9 @@ class HTTPServer:
                 bodies.append(line)
         try:
             topic.put_messages([topic.new_message(b) for b in bodies])
-        except (TopicError, OSError):
+        except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
+        await self._synced()
         return v1_text("OK")
 
     # ------------------------------------------------------------------ stats

@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import json
 import os
 import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import NSQ_VERSION
 from ..internal import lg
 from ..internal.flags import TLS_NOT_REQUIRED, TLS_REQUIRED_ALL
-from ..internal.http_api import go_json
-from ..protocol import MESSAGE_HEADER_LENGTH, ProtocolError, go_quote, is_valid_name
+from ..internal.net import ListenError, format_address, listen_socket
+from ..protocol import MESSAGE_HEADER_LENGTH, is_valid_name
 from . import deferred_store, metadata
-from .auth import AuthClient, AuthError
+from .auth import AuthClient, Authenticator
 from .backend import Backend, NullBackend
 from .channel import Channel
-from .client_v2 import ClientV2, NeedsReauth
+from .client_v2 import ClientV2
 from .deferred_store import DeferredRecord
 from .diskqueue import DiskQueue, DiskQueueError
+from .errors import BackendWriteError
+from .identify import apply_identify, negotiate
 from .lookup import LookupPeers, nsqd_identity
 from .options import HOSTNAME, Options
 from .protocol_v2 import ProtocolV2
@@ -31,7 +30,7 @@ from .tls import build_server_context, tls_protocol_factory
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from aiohttp import web
     from OpenSSL import SSL
@@ -44,46 +43,6 @@ class NSQDError(Exception):
 
 
 INSTANTIATE = "failed to instantiate nsqd - "
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """Parse Go's ``host:port`` (``[::1]:4150``, ``:4150``); ValueError if it is not one."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"not a host:port address: {address!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
-
-
-def format_address(sockname: Any) -> str:
-    if isinstance(sockname, tuple):
-        host, port = sockname[0], sockname[1]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return str(sockname)
-
-
-def bind_socket(address: str) -> socket.socket:
-    """A listening socket for ``host:port`` or, when that does not parse, a unix socket path."""
-    try:
-        host, port = split_host_port(address)
-    except ValueError:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(address)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(address)
-        sock.listen(1024)
-        return sock
-    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, socktype, proto, _, sockaddr = infos[0]
-    sock = socket.socket(family, socktype, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if family == socket.AF_INET6 and not host:
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    sock.bind(sockaddr)
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
 
 
 class NSQD:
@@ -115,9 +74,10 @@ class NSQD:
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nsqd-io")
         self._persisting: asyncio.Future[None] | None = None
         self._deferred_records: dict[str, DeferredRecord] = {}
+        self._sync_due: set[DiskQueue] = set()
         self.lookup: LookupPeers | None = None
         self.tls_context: SSL.Context | None = None
-        self.auth: AuthClient | None = None
+        self.auth = Authenticator(None, self.logger)
         self.https_listen = ""
         self._https_server: asyncio.AbstractServer | None = None
         self._https_runner: web.AppRunner | None = None
@@ -144,15 +104,16 @@ class NSQD:
     def setup_tls(self) -> None:
         """Build the TLS server context from --tls-cert/--tls-key and the client policy."""
         self.tls_context = build_server_context(self.options)
-        if self.auth_enabled:
-            opts = self.options
-            self.auth = AuthClient(
+        opts = self.options
+        if opts.auth_http_addresses:
+            client = AuthClient(
                 opts.auth_http_addresses,
                 opts.auth_http_request_method,
                 opts.http_client_connect_timeout,
                 opts.http_client_request_timeout,
                 opts.tls_root_ca_file,
             )
+            self.auth = Authenticator(client, self.logger)
 
     # ------------------------------------------------------------------ clocks
 
@@ -183,9 +144,9 @@ class NSQD:
             raise NSQDError(INSTANTIATE + str(exc)) from None
         self.protocol = ProtocolV2(self)  # after _validate, which may force TLS-required
         try:
-            tcp_sock = bind_socket(opts.tcp_address)
-        except OSError as exc:
-            raise NSQDError(INSTANTIATE + f"listen ({opts.tcp_address}) failed - {exc}") from None
+            tcp_sock = listen_socket(opts.tcp_address, allow_unix=True)
+        except ListenError as exc:
+            raise NSQDError(INSTANTIATE + str(exc)) from None
         try:
             self.load_metadata()
         except ValueError as exc:
@@ -213,12 +174,7 @@ class NSQD:
 
         from .http import build_app
 
-        try:
-            sock = bind_socket(address)
-        except OSError as exc:
-            raise NSQDError(
-                f"failed to instantiate nsqd - listen ({address}) failed - {exc}"
-            ) from None
+        sock = self._listen(address, allow_unix=True)
         self.http_listen = format_address(sock.getsockname())
         self.http_port = -1 if sock.family == socket.AF_UNIX else sock.getsockname()[1]
         runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
@@ -233,10 +189,7 @@ class NSQD:
         from .http import build_app
 
         assert self.tls_context is not None
-        try:
-            sock = bind_socket(address)
-        except OSError as exc:
-            raise NSQDError(INSTANTIATE + f"listen ({address}) failed - {exc}") from None
+        sock = self._listen(address, allow_unix=False)  # HTTPS is always TCP
         self.https_listen = format_address(sock.getsockname())
         self.https_port = sock.getsockname()[1]
         runner = web.AppRunner(build_app(self, tls_listener=True), access_log=None)
@@ -246,6 +199,13 @@ class NSQD:
         self._https_server = await self.loop.create_server(factory, sock=sock)
         self._https_runner = runner
         self.logger.info(f"HTTPS: listening on {self.https_listen}")
+
+    @staticmethod
+    def _listen(address: str, allow_unix: bool) -> socket.socket:
+        try:
+            return listen_socket(address, allow_unix=allow_unix)
+        except ListenError as exc:
+            raise NSQDError(INSTANTIATE + str(exc)) from None
 
     def _new_client(self) -> ClientV2:
         self._client_seq += 1
@@ -275,8 +235,7 @@ class NSQD:
             self.logger.info(f"HTTPS: closing {self.https_listen}")
             self._https_server.close()
             await self._https_runner.cleanup()
-        if self.auth is not None:
-            await self.auth.close()
+        await self.auth.close()
         if self._persisting is not None:
             await self._persisting
         self._write_metadata_now()
@@ -491,14 +450,33 @@ class NSQD:
     # ------------------------------------------------------------------ backends and health
 
     def write_to_backend(self, backend: Backend, msg: Message, context: str) -> None:
+        """Overflow to disk; BackendWriteError (and unhealthy) if the write fails."""
         try:
             backend.put(msg.encode())
         except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
             self.logger.error(f"{context} ERROR: failed to write message to backend - {exc}")
-            raise
+            raise BackendWriteError(str(exc)) from None
         if self.health_error is not None:
             self.set_health(None)
+        if isinstance(backend, DiskQueue) and backend.sync_due():
+            self._sync_due.add(backend)
+
+    def syncs_before(self, response: bytes) -> bytes | Awaitable[bytes | None]:
+        """``response``, after any fsync that --sync-every made due (Go syncs before it
+        accepts the next write); the publish is acknowledged only once that sync is done."""
+        if not self._sync_due:
+            return response
+        queues = list(self._sync_due)
+        self._sync_due.clear()
+        return self._sync_then(queues, response)
+
+    async def _sync_then(self, queues: list[DiskQueue], response: bytes) -> bytes | None:
+        results = await asyncio.gather(*(q.sync() for q in queues), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                self.logger.error(f"failed to sync disk queue - {result}")
+        return response
 
     def set_health(self, error: str | None) -> None:
         self.health_error = error
@@ -620,141 +598,19 @@ class NSQD:
                 channel.process_in_flight_queue(now)
                 channel.process_deferred_queue(now)
 
-    # ------------------------------------------------------------------ IDENTIFY
+    # ------------------------------------------------------------------ IDENTIFY and AUTH
 
     def identify(self, client: ClientV2, data: dict[str, Any]) -> None:
-        """Apply IDENTIFY settings in Go's order; ValueError carries Go's message."""
-        opts = self.options
-        client.client_id = data.get("client_id") or ""
-        client.hostname = data.get("hostname") or ""
-        client.user_agent = data.get("user_agent") or ""
-
-        heartbeat = data.get("heartbeat_interval") or 0
-        if heartbeat == -1:
-            client.heartbeat_interval = 0
-        elif heartbeat != 0:
-            if not 1000 <= heartbeat <= round(opts.max_heartbeat_interval * 1000):
-                raise ValueError(f"heartbeat interval ({heartbeat}) is invalid")
-            client.heartbeat_interval = heartbeat / 1000
-
-        size = data.get("output_buffer_size") or 0
-        timeout = data.get("output_buffer_timeout") or 0
-        if timeout == -1:
-            client.output_buffer_timeout = 0
-        elif timeout != 0:
-            low = round(opts.min_output_buffer_timeout * 1000)
-            high = round(opts.max_output_buffer_timeout * 1000)
-            if not low <= timeout <= high:
-                raise ValueError(f"output buffer timeout ({timeout}) is invalid")
-            client.output_buffer_timeout = timeout / 1000
-        if size == -1:
-            client.output_buffer_size = 1
-            client.output_buffer_timeout = 0
-        elif size != 0:
-            if not 64 <= size <= opts.max_output_buffer_size:
-                raise ValueError(f"output buffer size ({size}) is invalid")
-            client.output_buffer_size = size
-
-        sample_rate = data.get("sample_rate") or 0
-        if not 0 <= sample_rate <= 99:
-            raise ValueError(f"sample rate ({sample_rate}) is invalid")
-        client.sample_rate = sample_rate
-
-        msg_timeout = data.get("msg_timeout") or 0
-        if msg_timeout != 0:
-            if not 1000 <= msg_timeout <= round(opts.max_msg_timeout * 1000):
-                raise ValueError(f"msg timeout ({msg_timeout}) is invalid")
-            client.msg_timeout = msg_timeout / 1000
+        apply_identify(client, data, self.options)
 
     def identify_response(
         self, client: ClientV2, data: dict[str, Any]
     ) -> tuple[bytes, SSL.Context | None, str, int]:
-        """The IDENTIFY JSON and the upgrades it promised: (json, TLS, compression, level)."""
-        opts = self.options
-        tls_v1 = self.tls_enabled and bool(data.get("tls_v1"))
-        deflate = opts.deflate and bool(data.get("deflate"))
-        snappy = opts.snappy and bool(data.get("snappy"))
-        level = 6
-        requested_level = data.get("deflate_level") or 0
-        if deflate and requested_level > 0:
-            level = requested_level
-        level = min(level, opts.max_deflate_level)
-        if deflate and snappy:
-            raise ProtocolError(
-                "E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression"
-            )
-        response = {
-            "max_rdy_count": opts.max_rdy_count,
-            "version": NSQ_VERSION,
-            "max_msg_timeout": round(opts.max_msg_timeout * 1000),
-            "msg_timeout": round(client.msg_timeout * 1000),
-            "tls_v1": tls_v1,
-            "deflate": deflate,
-            "deflate_level": level,
-            "max_deflate_level": opts.max_deflate_level,
-            "snappy": snappy,
-            "sample_rate": client.sample_rate,
-            "auth_required": self.auth_enabled,
-            "output_buffer_size": client.output_buffer_size,
-            "output_buffer_timeout": round(client.output_buffer_timeout * 1000),
-        }
-        body = json.dumps(response, separators=(",", ":")).encode()
-        compression = "snappy" if snappy else "deflate" if deflate else ""
-        return body, self.tls_context if tls_v1 else None, compression, level
+        return negotiate(client, data, self.options, self.tls_context, self.auth.enabled)
 
     @property
     def tls_enabled(self) -> bool:
         return self.tls_context is not None
-
-    # ------------------------------------------------------------------ AUTH
-
-    @property
-    def auth_enabled(self) -> bool:
-        return bool(self.options.auth_http_addresses)
-
-    async def authenticate(self, client: ClientV2, secret: bytes) -> bytes | None:
-        """AUTH: ask the auth servers what this secret may do (Go: clientV2.Auth)."""
-        client.auth_secret = secret.decode("utf-8", errors="surrogateescape")
-        await self._query_auth(client)
-        state = client.auth_state
-        if state is None or not state.authorizations:
-            raise ProtocolError("E_UNAUTHORIZED", "AUTH no authorizations found")
-        return go_json(
-            {
-                "identity": state.identity,
-                "identity_url": state.identity_url,
-                "permission_count": len(state.authorizations),
-            }
-        )
-
-    async def reauthenticate(self, client: ClientV2) -> bytes | None:
-        """An expired AUTH is refreshed lazily, when a command needs it (Go: IsAuthorized)."""
-        await self._query_auth(client)
-        return None
-
-    async def _query_auth(self, client: ClientV2) -> None:
-        assert self.auth is not None
-        remote_ip = client.remote_address.rpartition(":")[0].strip("[]")
-        try:
-            client.auth_state = await self.auth.query_any(
-                remote_ip, client.tls, client.tls_common_name, client.auth_secret
-            )
-        except AuthError as exc:
-            self.logger.warn(f"PROTOCOL(V2): [{client}] AUTH failed {exc}")
-            raise ProtocolError("E_AUTH_FAILED", "AUTH failed") from None
-
-    def check_auth(self, client: ClientV2, cmd: str, topic: str, channel: str) -> None:
-        if not self.auth_enabled:
-            return
-        state = client.auth_state
-        if state is None or not state.authorizations:
-            raise ProtocolError("E_AUTH_FIRST", f"AUTH required before {cmd}")
-        if state.expired():
-            raise NeedsReauth
-        if not state.allows(topic, channel):
-            raise ProtocolError(
-                "E_UNAUTHORIZED", f"AUTH failed for {cmd} on {go_quote(topic)} {go_quote(channel)}"
-            )
 
     # ------------------------------------------------------------------ stats support
 

@@ -24,7 +24,8 @@ from ..protocol import (
 )
 from ..protocol.commands import Command
 from .channel import ChannelError
-from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, NeedsReauth
+from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .errors import BackendWriteError, NeedsReauth
 from .topic import TopicError
 
 if TYPE_CHECKING:
@@ -99,9 +100,6 @@ class ProtocolV2:
             raise ProtocolError(
                 "E_INVALID", f"cannot {_text(name)} in current state (TLS required)"
             )
-
-    def check_auth(self, client: ClientV2, cmd: str, topic: str, channel: str) -> None:
-        self.nsqd.check_auth(client, cmd, topic, channel)
 
     def check_before_body(
         self, client: ClientV2, name: bytes, params: list[bytes]
@@ -204,9 +202,9 @@ class ProtocolV2:
         body = self._body(command, "E_BAD_BODY", "AUTH", self.nsqd.options.max_body_size)
         if client.auth_state is not None and client.auth_state.authorizations:
             raise ProtocolError("E_INVALID", "AUTH already set")
-        if not self.nsqd.auth_enabled:
+        if not self.nsqd.auth.enabled:
             raise ProtocolError("E_AUTH_DISABLED", "AUTH disabled")
-        return self.nsqd.authenticate(client, body)
+        return self.nsqd.auth.authenticate(client, body)
 
     # ------------------------------------------------------------------ consuming
 
@@ -228,7 +226,7 @@ class ProtocolV2:
             raise ProtocolError(
                 "E_BAD_CHANNEL", f"SUB channel name {go_quote(channel_name)} is not valid"
             )
-        self.check_auth(client, "SUB", topic_name, channel_name)
+        self.nsqd.auth.check(client, "SUB", topic_name, channel_name)
         topic = self.nsqd.get_topic(topic_name)
         channel = topic.get_channel(channel_name)
         try:
@@ -349,24 +347,26 @@ class ProtocolV2:
             delay = timeout_ms / 1000.0
         return topic_name, delay
 
-    def _publish_one(self, client: ClientV2, command: Command, name: str) -> bytes:
+    def _publish_one(
+        self, client: ClientV2, command: Command, name: str
+    ) -> bytes | Awaitable[bytes | None]:
         topic_name, delay = self._publish_preconditions(name, command.params)
         body = self._body(command, "E_BAD_MESSAGE", name, self.nsqd.options.max_msg_size)
-        self.check_auth(client, name, topic_name, "")
+        self.nsqd.auth.check(client, name, topic_name, "")
         topic = self.nsqd.get_topic(topic_name)
         msg = topic.new_message(body)
         msg.deferred = delay
         try:
             topic.put_message(msg)
-        except (TopicError, OSError) as exc:
+        except (TopicError, BackendWriteError) as exc:
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {exc}") from None
         client.published(topic_name, 1)
-        return OK
+        return self.nsqd.syncs_before(OK)
 
-    def PUB(self, client: ClientV2, command: Command) -> bytes | None:
+    def PUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
         return self._publish_one(client, command, "PUB")
 
-    def DPUB(self, client: ClientV2, command: Command) -> bytes | None:
+    def DPUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
         return self._publish_one(client, command, "DPUB")
 
     def _mpub_preconditions(self, client: ClientV2, params: list[bytes]) -> str:
@@ -377,10 +377,10 @@ class ProtocolV2:
             raise ProtocolError(
                 "E_BAD_TOPIC", f"E_BAD_TOPIC MPUB topic name {go_quote(topic_name)} is not valid"
             )
-        self.check_auth(client, "MPUB", topic_name, "")
+        self.nsqd.auth.check(client, "MPUB", topic_name, "")
         return topic_name
 
-    def MPUB(self, client: ClientV2, command: Command) -> bytes | None:
+    def MPUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
         topic_name = self._mpub_preconditions(client, command.params)
         topic = self.nsqd.get_topic(topic_name)
         opts = self.nsqd.options
@@ -395,10 +395,10 @@ class ProtocolV2:
         msgs = [new_message(body) for body in bodies]
         try:
             topic.put_messages(msgs)
-        except (TopicError, OSError) as exc:
+        except (TopicError, BackendWriteError) as exc:
             raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
         client.published(topic_name, len(msgs))
-        return OK
+        return self.nsqd.syncs_before(OK)
 
     # ------------------------------------------------------------------ helpers
 

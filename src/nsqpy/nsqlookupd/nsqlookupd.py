@@ -23,60 +23,16 @@ from aiohttp import web
 
 from .. import NSQ_VERSION
 from ..internal import lg
+from ..internal.net import ListenError, format_address, listen_socket
 from .http import make_app
 from .options import Options
 from .registration_db import RegistrationDB
-from .tcp import LookupProtocolV1, format_address
+from .tcp import LookupProtocolV1
 
 
 def version_string(app: str = "nsqlookupd") -> str:
     """``nsqlookupd v1.3.0 (built w/python3.11.7)``: Go's ``version.String`` with our runtime."""
     return f"{app} v{NSQ_VERSION} (built w/python{platform.python_version()})"
-
-
-class ListenError(Exception):
-    """A listener could not be opened (Go: ``listen (<addr>) failed - <err>``)."""
-
-
-def split_host_port(address: str) -> tuple[str, str]:
-    """Go's ``net.SplitHostPort``: ``host:port`` or ``[v6]:port``; raises ValueError."""
-    if address.startswith("["):
-        end = address.find("]")
-        if end < 0:
-            raise ValueError(f"address {address}: missing ']' in address")
-        host, rest = address[1:end], address[end + 1 :]
-        if not rest.startswith(":"):
-            raise ValueError(f"address {address}: missing port in address")
-        return host, rest[1:]
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {address}: missing port in address")
-    if ":" in host:
-        raise ValueError(f"address {address}: too many colons in address")
-    return host, port
-
-
-def listen_socket(address: str) -> socket.socket:
-    """A listening TCP socket for ``host:port`` as Go's ``net.Listen("tcp", address)``.
-
-    An empty host listens on every address (IPv4 and IPv6); ``0.0.0.0`` on IPv4 only.
-    SO_REUSEADDR is set, so a restarted daemon rebinds at once.
-    """
-    try:
-        host, port_text = split_host_port(address)
-        port: int | str = int(port_text) if port_text.isdigit() else port_text
-        if not host:
-            if socket.has_dualstack_ipv6():
-                return socket.create_server(
-                    ("", int(port)), family=socket.AF_INET6, dualstack_ipv6=True
-                )
-            return socket.create_server(("", int(port)))
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        infos.sort(key=lambda info: info[0] != socket.AF_INET)  # Go prefers IPv4
-        family, _, _, _, sockaddr = infos[0]
-        return socket.create_server(sockaddr, family=family, backlog=socket.SOMAXCONN)
-    except (OSError, ValueError) as exc:
-        raise ListenError(f"listen ({address}) failed - {exc}") from exc
 
 
 class _ToDebugLog(logging.Handler):

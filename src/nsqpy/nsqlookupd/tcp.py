@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 from .. import NSQ_VERSION
 from ..internal import lg
 from ..internal.durations import format_duration
+from ..internal.net import format_address
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import MAGIC_V1, encode_sized
 from ..protocol.lookup import (
@@ -38,14 +39,6 @@ if TYPE_CHECKING:
     from .nsqlookupd import NSQLookupd
 
 CLIENT_REGISTRATION: Registration = ("client", "", "")
-
-
-def format_address(sockname: object) -> str:
-    """A socket address as Go's ``net.Addr.String()`` prints it (``[::1]:4160`` for IPv6)."""
-    if isinstance(sockname, tuple) and len(sockname) >= 2:
-        host, port = str(sockname[0]), sockname[1]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return str(sockname)
 
 
 def _topic_and_channel(command: str, params: list[str]) -> tuple[str, str]:

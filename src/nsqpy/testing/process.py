@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 _LISTENING = re.compile(r"INFO: (TCP|HTTP|HTTPS): listening on (\S+)")
 
@@ -31,13 +32,16 @@ class DaemonProcess:
         self.log_lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
         self._ready = threading.Event()
+        self._log_thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, timeout: float = 15.0) -> DaemonProcess:
+        if self._log_thread is not None:  # a previous run's reader must not signal this one
+            self._log_thread.join(5)
         self.addresses = {}
-        self._ready.clear()
+        self._ready = threading.Event()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", self.module, *self.args],
@@ -46,8 +50,12 @@ class DaemonProcess:
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            **self.popen_options(),
         )
-        threading.Thread(target=self._pump_log, args=(self.proc,), daemon=True).start()
+        self._log_thread = threading.Thread(
+            target=self._pump_log, args=(self.proc, self._ready), daemon=True
+        )
+        self._log_thread.start()
         if not self._ready.wait(timeout):
             self.kill()
             raise RuntimeError(f"{self.module} did not start in {timeout}s:\n{self.log}")
@@ -55,17 +63,21 @@ class DaemonProcess:
             raise RuntimeError(f"{self.module} exited with {self.proc.returncode}:\n{self.log}")
         return self
 
-    def _pump_log(self, proc: subprocess.Popen[str]) -> None:
+    def popen_options(self) -> dict[str, Any]:
+        """Extra ``subprocess.Popen`` arguments (a subclass may set e.g. ``preexec_fn``)."""
+        return {}
+
+    def _pump_log(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             with self._lock:
                 self.log_lines.append(line.rstrip("\n"))
             match = _LISTENING.search(line)
-            if match:
+            if match and not ready.is_set():
                 self.addresses[match.group(1)] = _split_host_port(match.group(2))
                 if all(kind in self.addresses for kind in self.expect):
-                    self._ready.set()
-        self._ready.set()  # exited: stop waiting
+                    ready.set()
+        ready.set()  # exited: stop waiting
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM (a clean shutdown) and wait; SIGKILL if it does not exit in time."""

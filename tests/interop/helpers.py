@@ -1,0 +1,127 @@
+"""Small helpers shared by the interop tests: names, /stats lookups, polling."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from nsqpy.testing import DaemonProcess
+
+T = TypeVar("T")
+
+_counter = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    """A fresh valid topic or channel name."""
+    return f"{prefix}_{next(_counter)}_{uuid.uuid4().hex[:8]}"
+
+
+def tcp_address(nsqd: DaemonProcess) -> str:
+    host, port = nsqd.tcp_address
+    return f"{host}:{port}"
+
+
+def http_post(nsqd: DaemonProcess, path: str, body: bytes = b"", **params: str) -> bytes:
+    """POST to nsqd's HTTP API and return the body; any non-200 answer raises."""
+    query = urllib.parse.urlencode(params)
+    request = urllib.request.Request(f"{nsqd.http_url}{path}?{query}", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        data: bytes = response.read()
+    return data
+
+
+def stats(nsqd: DaemonProcess, topic: str) -> dict[str, Any]:
+    query = urllib.parse.urlencode({"format": "json", "topic": topic})
+    with urllib.request.urlopen(f"{nsqd.http_url}/stats?{query}", timeout=5) as response:
+        result: dict[str, Any] = json.loads(response.read())
+    return result
+
+
+def topic_stats(nsqd: DaemonProcess, topic: str) -> dict[str, Any]:
+    for entry in stats(nsqd, topic).get("topics") or ():
+        if entry["topic_name"] == topic:
+            found: dict[str, Any] = entry
+            return found
+    raise AssertionError(f"topic {topic} not in /stats")
+
+
+def channel_stats(nsqd: DaemonProcess, topic: str, channel: str) -> dict[str, Any]:
+    for entry in topic_stats(nsqd, topic).get("channels") or ():
+        if entry["channel_name"] == channel:
+            found: dict[str, Any] = entry
+            return found
+    raise AssertionError(f"channel {topic}/{channel} not in /stats")
+
+
+def only_client(channel: dict[str, Any]) -> dict[str, Any]:
+    clients = channel.get("clients") or []
+    assert len(clients) == 1, clients
+    client: dict[str, Any] = clients[0]
+    return client
+
+
+async def eventually(
+    probe: Callable[[], T],
+    done: Callable[[T], bool],
+    timeout: float = 5.0,
+    what: str = "condition",
+) -> T:
+    """Poll ``probe`` (without blocking the event loop for long) until ``done(value)``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
+        await asyncio.sleep(0.01)
+
+
+def subset(expected: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
+    """A ``done`` predicate: every key of ``expected`` has that value."""
+    return lambda actual: all(actual.get(key) == value for key, value in expected.items())
+
+
+def channel_view(nsqd: DaemonProcess, topic: str, channel: str) -> dict[str, Any]:
+    """The channel's /stats entry ({} while it does not exist) plus ``clients_finish_count``.
+
+    Go's channel stats count no FINs (only each client does), so the sum over the channel's
+    connected clients stands in for "messages finished on this channel".
+    """
+    try:
+        view = dict(channel_stats(nsqd, topic, channel))
+    except AssertionError:
+        return {}
+    view["clients_finish_count"] = sum(c["finish_count"] for c in view.get("clients") or ())
+    return view
+
+
+async def wait_channel(
+    nsqd: DaemonProcess, topic: str, channel: str, timeout: float = 5.0, **expected: Any
+) -> dict[str, Any]:
+    """Wait until the channel's :func:`channel_view` has all the ``expected`` values."""
+    return await eventually(
+        lambda: channel_view(nsqd, topic, channel),
+        subset(expected),
+        timeout,
+        f"{topic}/{channel} stats {expected}",
+    )
+
+
+async def ansq_read(reader: Any, count: int) -> list[bytes]:
+    """FIN and collect ``count`` message bodies from an ansq Reader."""
+    bodies: list[bytes] = []
+    async for message in reader.messages():
+        bodies.append(message.body)
+        await message.fin()
+        if len(bodies) == count:
+            break
+    return bodies

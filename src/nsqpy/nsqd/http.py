@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import struct
@@ -153,17 +154,14 @@ class HTTPServer:
             delay = defer_ms / 1000
         msg = topic.new_message(body)
         msg.deferred = delay
+        syncs = self.nsqd.running_syncs()
         try:
             topic.put_message(msg)
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
-        await self._synced()
+        if syncs:  # acknowledged once earlier due fsyncs are done (--sync-every)
+            await asyncio.wait(syncs)
         return v1_text("OK")
-
-    async def _synced(self) -> None:
-        pending = self.nsqd.syncs_before(b"")
-        if not isinstance(pending, bytes):
-            await pending
 
     async def mpub(self, request: web.Request) -> web.Response:
         opts = self.nsqd.options
@@ -193,11 +191,13 @@ class HTTPServer:
                 if len(line) > opts.max_msg_size:
                     raise ApiError(413, "MSG_TOO_BIG")
                 bodies.append(line)
+        syncs = self.nsqd.running_syncs()
         try:
             topic.put_messages([topic.new_message(b) for b in bodies])
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
-        await self._synced()
+        if syncs:
+            await asyncio.wait(syncs)
         return v1_text("OK")
 
     # ------------------------------------------------------------------ stats

@@ -74,7 +74,7 @@ class NSQD:
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nsqd-io")
         self._persisting: asyncio.Future[None] | None = None
         self._deferred_records: dict[str, DeferredRecord] = {}
-        self._sync_due: set[DiskQueue] = set()
+        self._syncing: dict[DiskQueue, asyncio.Task[None]] = {}
         self.lookup: LookupPeers | None = None
         self.tls_context: SSL.Context | None = None
         self.auth = Authenticator(None, self.logger)
@@ -323,16 +323,16 @@ class NSQD:
         return queues
 
     async def _sync_loop(self) -> None:
-        """fsync disk queues when due (sync_every or sync_timeout), in worker threads."""
+        """fsync disk queues when --sync-timeout has passed with activity (in worker threads);
+        every sync is tracked, so publishes are acknowledged after the ones under way."""
         interval = max(0.001, min(self.options.sync_timeout, 0.1))
         while True:
             await asyncio.sleep(interval)
-            due = [q for q in self.backends() if isinstance(q, DiskQueue) and q.sync_due()]
-            if due:
-                results = await asyncio.gather(*(q.sync() for q in due), return_exceptions=True)
-                for result in results:
-                    if isinstance(result, BaseException):
-                        self.logger.error(f"failed to sync disk queue - {result}")
+            for queue in self.backends():
+                if not isinstance(queue, DiskQueue) or queue in self._syncing:
+                    continue
+                if queue.sync_due():
+                    self._start_sync(queue)
 
     # ------------------------------------------------------------------ notifications
 
@@ -459,23 +459,40 @@ class NSQD:
             raise BackendWriteError(str(exc)) from None
         if self.health_error is not None:
             self.set_health(None)
-        if isinstance(backend, DiskQueue) and backend.sync_due():
-            self._sync_due.add(backend)
+        if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
+            self._start_sync(backend)
 
-    def syncs_before(self, response: bytes) -> bytes | Awaitable[bytes | None]:
-        """``response``, after any fsync that --sync-every made due (Go syncs before it
-        accepts the next write); the publish is acknowledged only once that sync is done."""
-        if not self._sync_due:
+    # --sync-every as go-diskqueue: the write that makes a sync due is acknowledged, and the
+    # next write waits until that fsync is done. Here the next write is performed while the
+    # fsync runs (in a thread) but is acknowledged only after it: at most sync_every
+    # acknowledged messages are ever unsynced, and the fsync overlaps with work.
+
+    def _start_sync(self, queue: DiskQueue) -> None:
+        task = self.loop.create_task(queue.sync())
+        self._syncing[queue] = task
+        task.add_done_callback(lambda done: self._sync_finished(queue, done))
+
+    def _sync_finished(self, queue: DiskQueue, task: asyncio.Task[None]) -> None:
+        self._syncing.pop(queue, None)
+        if not task.cancelled() and task.exception() is not None:
+            self.logger.error(f"failed to sync disk queue - {task.exception()}")
+        elif not self.exiting and queue.sync_due():  # writes made meanwhile are due already
+            self._start_sync(queue)
+
+    def running_syncs(self) -> tuple[asyncio.Task[None], ...]:
+        """Syncs under way now: a publish arriving now is acknowledged after them."""
+        return tuple(self._syncing.values()) if self._syncing else ()
+
+    def ack_after(
+        self, syncs: tuple[asyncio.Task[None], ...], response: bytes
+    ) -> bytes | Awaitable[bytes | None]:
+        if not syncs:
             return response
-        queues = list(self._sync_due)
-        self._sync_due.clear()
-        return self._sync_then(queues, response)
+        return self._ack_after(syncs, response)
 
-    async def _sync_then(self, queues: list[DiskQueue], response: bytes) -> bytes | None:
-        results = await asyncio.gather(*(q.sync() for q in queues), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                self.logger.error(f"failed to sync disk queue - {result}")
+    @staticmethod
+    async def _ack_after(syncs: tuple[asyncio.Task[None], ...], response: bytes) -> bytes:
+        await asyncio.wait(syncs)
         return response
 
     def set_health(self, error: str | None) -> None:

@@ -356,12 +356,13 @@ class ProtocolV2:
         topic = self.nsqd.get_topic(topic_name)
         msg = topic.new_message(body)
         msg.deferred = delay
+        syncs = self.nsqd.running_syncs()
         try:
             topic.put_message(msg)
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {exc}") from None
         client.published(topic_name, 1)
-        return self.nsqd.syncs_before(OK)
+        return self.nsqd.ack_after(syncs, OK)
 
     def PUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
         return self._publish_one(client, command, "PUB")
@@ -393,12 +394,13 @@ class ProtocolV2:
         bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
         new_message = topic.new_message
         msgs = [new_message(body) for body in bodies]
+        syncs = self.nsqd.running_syncs()
         try:
             topic.put_messages(msgs)
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
         client.published(topic_name, len(msgs))
-        return self.nsqd.syncs_before(OK)
+        return self.nsqd.ack_after(syncs, OK)
 
     # ------------------------------------------------------------------ helpers
 

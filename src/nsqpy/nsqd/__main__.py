@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import platform
 import signal
 import sys
 from collections.abc import Sequence
 
-from .. import NSQ_VERSION
+from .. import version_line
 from ..internal.flags import run_command
 from .nsqd import NSQD, NSQDError
 from .options import Options
-
-
-def version_line(program: str) -> str:
-    return f"{program} v{NSQ_VERSION} (built w/python{platform.python_version()})"
 
 
 def install_event_loop_policy() -> None:

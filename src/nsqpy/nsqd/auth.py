@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
+from yarl import URL
 
 from ..internal import lg
 from ..internal.http_api import go_json
@@ -135,7 +136,7 @@ class AuthClient:
             address = self.addresses[(start + i) % len(self.addresses)]
             try:
                 return await self._query(address, params)
-            except (AuthError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            except (AuthError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 errors.append(f"failed to auth against {address} - {exc or type(exc).__name__}")
         raise AuthError("; ".join(errors))
 
@@ -149,11 +150,15 @@ class AuthClient:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         headers = {"Accept": ACCEPT}
         if self.method == "post":
-            payload = json.dumps({k: [v] for k, v in params.items()}).encode()
+            # Go's json.Marshal of url.Values: sorted, compact, invalid UTF-8 as U+FFFD
+            payload = go_json({k: [_valid_utf8(v)] for k, v in sorted(params.items())})
             headers["Content-Type"] = "application/json"
             request = self._session.post(endpoint, data=payload, headers=headers, ssl=self._ssl)
         else:
-            url = f"{endpoint}?{urlencode(sorted(params.items()))}"
+            # url.Values.Encode: the secret's own bytes, percent-encoded; encoded=True keeps
+            # yarl from un-escaping "/" and "?" on the way out
+            query = urlencode([(k, _raw_bytes(v)) for k, v in sorted(params.items())])
+            url = URL(f"{endpoint}?{query}", encoded=True)
             request = self._session.get(url, headers=headers, ssl=self._ssl)
         async with request as response:
             body = await response.read()
@@ -165,6 +170,15 @@ class AuthClient:
         if status != 200:
             raise AuthError(f"got response {status} {body!r}")
         return body
+
+
+def _raw_bytes(text: str) -> bytes:
+    """The bytes a client sent (secrets are decoded with surrogateescape)."""
+    return text.encode("utf-8", errors="surrogateescape")
+
+
+def _valid_utf8(text: str) -> str:
+    return _raw_bytes(text).decode("utf-8", errors="replace")
 
 
 def _https_port(body: bytes) -> int | None:

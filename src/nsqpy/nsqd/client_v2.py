@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING = range(5)
 DEFAULT_BUFFER_SIZE = 16 * 1024
 _BAD_PROTOCOL = encode_error(b"E_BAD_PROTOCOL")
+INFLATE_SLICE = 64 * 1024
+INFLATE_SLICES_PER_TURN = 16
 TLS_HANDSHAKE_TIMEOUT = 5.0
 
 
@@ -141,19 +143,48 @@ class ClientV2(asyncio.Protocol):
         self._last_read = self.nsqd.now()
         if self._tls_session is not None:
             data = self._receive_tls(data)
-        if self._decompressor is not None and data:
-            try:
-                data = self._decompressor.decompress(data)
-            except CompressionError as exc:
-                self.nsqd.logger.error(f"[{self.remote_address}] - {exc}")
-                self.close()
-                return
-        if not data:
-            return
+        if self._decompressor is not None:
+            self._inflate(data)
+        elif data:
+            self._deliver(data)
+
+    def _deliver(self, data: bytes) -> None:
         if self._suspended:  # an AUTH is in progress: keep the order of commands
             self._held.append(data)
+        else:
+            self._process(data)
+
+    def _inflate(self, data: bytes) -> None:
+        """Decompress in bounded slices, yielding the loop now and then: a compression bomb
+        must neither balloon memory nor starve other clients."""
+        decompressor = self._decompressor
+        assert decompressor is not None
+        try:
+            plain = decompressor.decompress(data, INFLATE_SLICE)
+            for _ in range(INFLATE_SLICES_PER_TURN):
+                if plain:
+                    self._deliver(plain)
+                if self._closed or self._suspended or not decompressor.pending:
+                    return
+                plain = decompressor.decompress(b"", INFLATE_SLICE)
+        except CompressionError as exc:
+            self.nsqd.logger.error(f"[{self.remote_address}] - {exc}")
+            self.close()
             return
-        self._process(data)
+        if plain:
+            self._deliver(plain)
+        if decompressor.pending and not self._closed and self.transport is not None:
+            self.transport.pause_reading()  # finish this input before reading more
+            self.loop.call_soon(self._continue_inflate)
+
+    def _continue_inflate(self) -> None:
+        if self._closed or self._suspended:
+            return
+        self._inflate(b"")
+        decompressor = self._decompressor
+        still = decompressor is not None and decompressor.pending
+        if not still and not self._closed and not self._suspended and self.transport is not None:
+            self.transport.resume_reading()
 
     def _process(self, data: bytes) -> None:
         if len(self._magic) < 4:
@@ -263,6 +294,9 @@ class ClientV2(asyncio.Protocol):
             self._process(held.pop(0))
         if self._suspended:
             self._held[:0] = held
+            return
+        if self._decompressor is not None and self._decompressor.pending:
+            self._continue_inflate()  # resumes reading once the input is drained
         elif not self._closed and self.transport is not None:
             self.transport.resume_reading()
 

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
-from .. import NSQ_VERSION
+from .. import NSQ_VERSION, version_line
 from ..internal import lg
 from ..internal.flags import TLS_REQUIRED_ALL, render_value, specs
 from ..internal.http_api import (
@@ -212,8 +212,6 @@ class HTTPServer:
         topics, producers = get_stats(self.nsqd, topic_name, channel_name, include_clients)
         memory = memory_stats() if include_mem else None
         if not json_format:
-            from .__main__ import version_line
-
             text = stats_text(self.nsqd, version_line("nsqd"), topics, producers, memory)
             return v1_text(text)
         body = stats_json(topics, producers, memory, self.nsqd.health, self.nsqd.start_time)

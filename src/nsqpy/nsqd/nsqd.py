@@ -9,6 +9,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from .. import version_line
 from ..internal import lg
 from ..internal.flags import TLS_NOT_REQUIRED, TLS_REQUIRED_ALL
 from ..internal.net import ListenError, format_address, listen_socket
@@ -143,6 +144,8 @@ class NSQD:
         except ValueError as exc:
             raise NSQDError(INSTANTIATE + str(exc)) from None
         self.protocol = ProtocolV2(self)  # after _validate, which may force TLS-required
+        self.logger.info(version_line("nsqd"))
+        self.logger.info(f"ID: {opts.node_id}")
         try:
             tcp_sock = listen_socket(opts.tcp_address, allow_unix=True)
         except ListenError as exc:

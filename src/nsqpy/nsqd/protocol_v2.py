@@ -10,6 +10,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..internal import lg
 from ..protocol import (
     CLOSE_WAIT,
     MSG_ID_LENGTH,
@@ -154,7 +155,8 @@ class ProtocolV2:
             raise ProtocolError("E_INVALID", "cannot IDENTIFY in current state")
         body = self._body(command, "E_BAD_BODY", "IDENTIFY", self.nsqd.options.max_body_size)
         data = self._decode_identify(body)
-        self.nsqd.logger.info(f"[{client.remote_address}] IDENTIFY: {data}")
+        if self.nsqd.logger.enabled(lg.DEBUG):
+            self.nsqd.logger.debug(f"PROTOCOL(V2): [{client.remote_address}] {data}")
         try:
             self.nsqd.identify(client, data)
         except ValueError as exc:

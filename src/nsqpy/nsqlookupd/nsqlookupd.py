@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import platform
 import socket
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from types import TracebackType
 
 from aiohttp import web
 
-from .. import NSQ_VERSION
+from .. import version_line
 from ..internal import lg
 from ..internal.net import ListenError, format_address, listen_socket
 from .http import make_app
@@ -32,7 +31,7 @@ from .tcp import LookupProtocolV1
 
 def version_string(app: str = "nsqlookupd") -> str:
     """``nsqlookupd v1.3.0 (built w/python3.11.7)``: Go's ``version.String`` with our runtime."""
-    return f"{app} v{NSQ_VERSION} (built w/python{platform.python_version()})"
+    return version_line(app)
 
 
 class _ToDebugLog(logging.Handler):

@@ -77,6 +77,7 @@ class DaemonProcess:
                 self.addresses[match.group(1)] = _split_host_port(match.group(2))
                 if all(kind in self.addresses for kind in self.expect):
                     ready.set()
+        proc.stderr.close()
         ready.set()  # exited: stop waiting
 
     def stop(self, timeout: float = 10.0) -> int | None:

@@ -71,7 +71,13 @@ class SnappyFrameWriter:
 
 
 class SnappyFrameReader:
-    """Decodes a snappy framed stream fed in arbitrary pieces."""
+    """Decodes a snappy framed stream fed in arbitrary pieces.
+
+    ``decompress(data, max_length)`` returns the plain bytes of whole chunks, at most
+    ``max_length`` of them (but always at least one chunk's worth when one is complete); the
+    remaining complete chunks stay buffered and ``pending`` is true until ``decompress(b"")``
+    calls have drained them. A peer's small input then never turns into one huge buffer.
+    """
 
     __slots__ = ("_buf", "_started")
 
@@ -79,11 +85,11 @@ class SnappyFrameReader:
         self._buf = bytearray()
         self._started = False
 
-    def decompress(self, data: bytes) -> bytes:
-        """Feed bytes from the wire; return the plain bytes of every chunk now complete."""
+    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+        """Feed bytes from the wire; return the plain bytes of the chunks now complete."""
         buf = self._buf
         buf += data
-        end = self._complete_prefix()
+        end = self._complete_prefix(max_length)
         if end == 0:
             return b""
         chunks = bytes(buf[:end])
@@ -94,11 +100,16 @@ class SnappyFrameReader:
         except cramjam.DecompressionError as exc:
             raise CompressionError(f"snappy: {exc}") from exc
 
-    def _complete_prefix(self) -> int:
-        """Validate chunk headers and return the length of the run of complete chunks."""
+    def _complete_prefix(self, max_length: int = 0) -> int:
+        """Validate chunk headers and return the length of the run of complete chunks.
+
+        With ``max_length`` the run stops before the chunk that would take its plain size past
+        ``max_length`` (a run holds at least one data chunk).
+        """
         buf = self._buf
         size = len(buf)
         pos = 0
+        plain = 0
         while size - pos >= 4:
             chunk_type = buf[pos]
             length = buf[pos + 1] | buf[pos + 2] << 8 | buf[pos + 3] << 16
@@ -117,13 +128,37 @@ class SnappyFrameReader:
             # padding and 0x80-0xfd chunks are skippable; cramjam skips them too
             if size - pos - 4 < length:
                 break
+            if max_length and chunk_type in (_CHUNK_COMPRESSED, _CHUNK_UNCOMPRESSED):
+                chunk_plain = self._plain_length(pos, length)
+                if plain and plain + chunk_plain > max_length:
+                    break
+                plain += chunk_plain
             pos += 4 + length
         return pos
+
+    def _plain_length(self, pos: int, length: int) -> int:
+        """The decoded size of the data chunk at ``pos`` (its header's length is ``length``)."""
+        if self._buf[pos] == _CHUNK_UNCOMPRESSED:
+            return length - 4
+        # a compressed block starts with its decoded length as a little-endian varint
+        value = shift = 0
+        for i in range(pos + 8, min(pos + 4 + length, pos + 13)):
+            byte = self._buf[i]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return min(value, _MAX_BLOCK)
+            shift += 7
+        return _MAX_BLOCK  # malformed: cramjam will say so when it decodes the chunk
 
     @property
     def buffered(self) -> int:
         """Bytes received that do not yet form a complete chunk."""
         return len(self._buf)
+
+    @property
+    def pending(self) -> bool:
+        """Whether complete chunks are still buffered (``decompress(b"")`` returns them)."""
+        return self._complete_prefix(1) > 0 if self._buf else False
 
 
 class DeflateWriter:
@@ -142,15 +177,33 @@ class DeflateWriter:
 
 
 class DeflateReader:
-    """Inflates a raw DEFLATE stream fed in arbitrary pieces."""
+    """Inflates a raw DEFLATE stream fed in arbitrary pieces.
 
-    __slots__ = ("_decompressor",)
+    A few KiB of DEFLATE can inflate to hundreds of MiB, so a reader of untrusted input passes
+    ``max_length``: at most that many plain bytes come out of one call, the rest of the input
+    is kept, and ``pending`` stays true until ``decompress(b"", max_length)`` calls drained it.
+    """
+
+    __slots__ = ("_decompressor", "_more")
 
     def __init__(self) -> None:
         self._decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
+        self._more = False
 
-    def decompress(self, data: bytes) -> bytes:
+    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+        decompressor = self._decompressor
+        tail = decompressor.unconsumed_tail
+        if tail:
+            data = tail + data
         try:
-            return self._decompressor.decompress(data)
+            plain = decompressor.decompress(data, max_length)
         except zlib.error as exc:
             raise CompressionError(f"deflate: {exc}") from exc
+        # a full output buffer may leave output inside zlib even when all input was consumed
+        self._more = bool(max_length) and len(plain) >= max_length
+        return plain
+
+    @property
+    def pending(self) -> bool:
+        """Whether plain bytes may still come out without more input."""
+        return self._more or bool(self._decompressor.unconsumed_tail)

@@ -6,6 +6,7 @@ scenarios 34-37, 52), broken streams and decompression bombs, and the bounded de
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import resource
 import time
@@ -21,6 +22,7 @@ from nsqd_transport_support import (
     Certs,
     LayeredConn,
     alive,
+    client_round_trip,
     client_stats,
     command,
     make_certs,
@@ -75,7 +77,9 @@ def fresh_nsqd(tmp_path: Path) -> Iterator[DaemonProcess]:
 
 # --------------------------------------------------------------------------- negotiation
 
-COMBINATIONS = list(itertools.product([False, True], repeat=3))
+COMBINATIONS: list[tuple[bool, bool, bool]] = [
+    (tls, snappy, deflate) for tls, snappy, deflate in itertools.product([False, True], repeat=3)
+]
 
 
 def combo_id(combo: tuple[bool, bool, bool]) -> str:
@@ -110,8 +114,8 @@ def test_every_combination_publishes_and_consumes(
     tls, snappy, deflate = combo
     if snappy and deflate:
         with LayeredConn(nsqd.tcp_address) as conn:
-            conn.send(command("IDENTIFY", b'{"feature_negotiation":true,"tls_v1":%s,'
-                              b'"snappy":true,"deflate":true}' % (b"true" if tls else b"false")))  # fmt: skip
+            body = {"feature_negotiation": True, "tls_v1": tls, "snappy": True, "deflate": True}
+            conn.send(command("IDENTIFY", json.dumps(body).encode()))
             conn.expect_error("E_IDENTIFY_FAILED cannot enable both deflate and snappy compression")
         return
     topic, channel = unique("combo"), "ch"
@@ -185,6 +189,26 @@ def test_commands_split_across_chunks_and_writes(nsqd: DaemonProcess) -> None:
                 time.sleep(0.001)
             conn.expect_ok()
             conn.expect_ok()
+
+
+# --------------------------------------------------------------------------- nsqpy.client
+
+
+@pytest.mark.parametrize("option", ["snappy", "deflate"])
+async def test_nsqpy_client_with_compression(nsqd: DaemonProcess, option: str) -> None:
+    [client] = await client_round_trip(nsqd, unique(f"client_{option}"), **{option: True})
+    assert (client["snappy"], client["deflate"], client["tls"]) == (
+        option == "snappy",
+        option == "deflate",
+        False,
+    )
+
+
+async def test_nsqpy_client_with_tls_and_deflate(nsqd: DaemonProcess, certs: Certs) -> None:
+    [client] = await client_round_trip(
+        nsqd, unique("client_tls_deflate"), tls=certs.client_context(), deflate=True
+    )
+    assert (client["tls"], client["deflate"]) == (True, True)
 
 
 # --------------------------------------------------------------------------- broken streams

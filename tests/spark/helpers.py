@@ -1,0 +1,152 @@
+"""Helpers for the Spark tests: publishing, channel stats, reading outputs."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from nsqpy.client import sync
+from nsqpy.testing import DaemonProcess
+
+
+def tcp(daemon: DaemonProcess) -> str:
+    host, port = daemon.tcp_address
+    return f"{host}:{port}"
+
+
+def http(daemon: DaemonProcess) -> str:
+    host, port = daemon.http_address
+    return f"{host}:{port}"
+
+
+@dataclass
+class NSQCluster:
+    lookupd: DaemonProcess
+    nsqds: list[DaemonProcess]
+
+    @property
+    def lookupd_http(self) -> str:
+        return http(self.lookupd)
+
+    def source_options(
+        self, topic: str, channel: str, staging: Path, **extra: str
+    ) -> dict[str, str]:
+        return {
+            "lookupd": self.lookupd_http,
+            "topic": topic,
+            "channel": channel,
+            "stagingLocation": str(staging),
+            "waitMs": "500",
+            **extra,
+        }
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def post(daemon: DaemonProcess, path: str, **params: str) -> None:
+    query = urllib.parse.urlencode(params)
+    request = urllib.request.Request(f"{daemon.http_url}{path}?{query}", method="POST")
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+def make_topic(cluster: NSQCluster, topic: str, channel: str | None = None) -> None:
+    """Create the topic (and channel) on every nsqd and wait until nsqlookupd lists them all."""
+    for nsqd in cluster.nsqds:
+        post(nsqd, "/topic/create", topic=topic)
+        if channel is not None:
+            post(nsqd, "/channel/create", topic=topic, channel=channel)
+    wait_for(lambda: len(lookup(cluster, topic)) == len(cluster.nsqds), what="lookupd listing")
+
+
+def lookup(cluster: NSQCluster, topic: str) -> list[Any]:
+    url = f"http://{cluster.lookupd_http}/lookup?topic={topic}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return list(json.loads(resp.read()).get("producers") or [])
+    except urllib.error.HTTPError:
+        return []
+
+
+def publish(nsqd: DaemonProcess, topic: str, bodies: Sequence[bytes], batch: int = 1000) -> None:
+    with sync.SyncProducer(tcp(nsqd)) as producer:
+        for i in range(0, len(bodies), batch):
+            producer.multi_publish(topic, list(bodies[i : i + batch]))
+
+
+def publish_numbered(
+    cluster: NSQCluster, topic: str, start: int, count: int, batch: int = 1000
+) -> list[bytes]:
+    """Bodies ``m<n>`` for n in [start, start+count), alternating over the nsqd."""
+    bodies = [b"m%d" % n for n in range(start, start + count)]
+    for i, nsqd in enumerate(cluster.nsqds):
+        publish(nsqd, topic, bodies[i :: len(cluster.nsqds)], batch)
+    return bodies
+
+
+def stats(nsqd: DaemonProcess, topic: str) -> dict[str, Any]:
+    url = f"{nsqd.http_url}/stats?format=json&include_mem=false&topic={topic}"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        for t in json.loads(resp.read()).get("topics") or ():
+            if t["topic_name"] == topic:
+                return dict(t)
+    return {}
+
+
+def channel(nsqd: DaemonProcess, topic: str, name: str) -> dict[str, Any]:
+    for c in stats(nsqd, topic).get("channels") or ():
+        if c["channel_name"] == name:
+            return dict(c)
+    return {}
+
+
+def depth(cluster: NSQCluster, topic: str, name: str) -> int:
+    return sum(int(channel(n, topic, name).get("depth", 0)) for n in cluster.nsqds)
+
+
+def in_flight(cluster: NSQCluster, topic: str, name: str) -> int:
+    return sum(int(channel(n, topic, name).get("in_flight_count", 0)) for n in cluster.nsqds)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def parquet_rows(path: Path) -> list[dict[str, Any]]:
+    """Every row of a Parquet output directory (Spark's file sink), read with pyarrow."""
+    if not path.exists():
+        return []
+    files = [f for f in path.rglob("*.parquet") if "_spark_metadata" not in f.parts]
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        rows.extend(pq.read_table(f, partitioning=None).to_pylist())
+    return rows
+
+
+def consume_all(
+    cluster: NSQCluster, topic: str, name: str, count: int, timeout: float = 20.0
+) -> list[bytes]:
+    """``count`` messages of ``topic``/``name`` from every nsqd."""
+    messages = sync.consume(
+        topic,
+        name,
+        count,
+        nsqd_tcp_addresses=[tcp(n) for n in cluster.nsqds],
+        timeout=timeout,
+    )
+    return [m.body for m in messages]

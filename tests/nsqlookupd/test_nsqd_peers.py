@@ -429,3 +429,35 @@ async def test_reconnects_are_paced_by_the_ping_interval() -> None:
     finally:
         await peers.stop()
         await listener.stop()
+
+
+async def test_dropped_connection_reconnects_with_backoff_not_at_the_next_ping(
+    lookupd: DaemonProcess,
+) -> None:
+    # a ping far beyond the test: only the drop detection can bring the registrations back
+    logs = Logs()
+    peers = make_peers([tcp_addr(lookupd)], Registrations(("drop", "ch")), logs, ping_interval=60)
+    await peers.start()
+    try:
+        await wait_for(registered(lookupd, "topic:drop:", "channel:drop:ch"))
+        tcp, http = lookupd.tcp_port, lookupd.http_port
+        await asyncio.to_thread(lookupd.kill)
+
+        def retries() -> list[str]:
+            return [line for line in logs.at(lg.WARN) if "reconnect failed" in line]
+
+        async def three_refused() -> bool:
+            return len(retries()) >= 3
+
+        await wait_for(three_refused)  # about 0.1 + 0.2 + 0.4 s after the drop
+        delays = [float(line.rsplit("retrying in ", 1)[1].rstrip("s")) for line in retries()]
+        assert delays[:3] == [0.2, 0.4, 0.8], delays
+        assert f"LOOKUPD({tcp_addr(lookupd)}): connection lost - EOF" in logs.at(lg.ERROR)
+
+        lookupd.args += [f"--tcp-address=127.0.0.1:{tcp}", f"--http-address=127.0.0.1:{http}"]
+        await asyncio.to_thread(lookupd.start)
+        await wait_for(registered(lookupd, "topic:drop:", "channel:drop:ch"), timeout=5.0)
+        assert peers.peers[0].connected
+        assert not any("PING" in line for line in logs.at(lg.ERROR))
+    finally:
+        await peers.stop()

@@ -177,17 +177,21 @@ class Cluster:
 
     # ------------------------------------------------------------------ nsqd state on disk
 
-    def wait_persisted(self, nsqd: DaemonProcess, topics: set[str]) -> None:
-        """Wait until ``nsqd.dat`` lists ``topics``, so a SIGKILL cannot lose them."""
+    def wait_persisted(self, nsqd: DaemonProcess, topics: dict[str, list[str]]) -> None:
+        """Wait until ``nsqd.dat`` lists ``topics`` and their channels, so a SIGKILL cannot
+        lose them (each create is persisted by its own write)."""
         path = self.data_paths[nsqd.tcp_port] / "nsqd.dat"
 
-        def persisted() -> set[str]:
+        def persisted() -> dict[str, list[str]]:
             try:
-                return {t["name"] for t in json.loads(path.read_bytes())["topics"]}
+                return {
+                    t["name"]: sorted(c["name"] for c in t["channels"] or [])
+                    for t in json.loads(path.read_bytes())["topics"] or []
+                }
             except (OSError, ValueError):
-                return set()
+                return {}
 
-        eventually(persisted, lambda names: names == topics, 3.0, "metadata persisted")
+        eventually(persisted, lambda found: found == topics, 3.0, "metadata persisted")
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +262,7 @@ def test_sigkilled_nsqd_leaves_and_comes_back(cluster: Cluster) -> None:
     post(victim, "/channel/create", topic=topic, channel="c")
     cluster.converge(PUSH, "the topic registered")
     before = cluster.topics(victim)
-    cluster.wait_persisted(victim, set(before))
+    cluster.wait_persisted(victim, before)
 
     victim.kill()
     cluster.converge(PUSH, "the killed nsqd gone from both lookupds", running=[survivor])

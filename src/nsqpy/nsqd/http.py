@@ -159,9 +159,15 @@ class HTTPServer:
             topic.put_message(msg)
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
-        if syncs:  # acknowledged once earlier due fsyncs are done (--sync-every)
-            await asyncio.wait(syncs)
+        await self._settled(syncs + self.nsqd.topic_starting(topic))
         return v1_text("OK")
+
+    @staticmethod
+    async def _settled(tasks: tuple[asyncio.Task[None], ...]) -> None:
+        """Answer after earlier due fsyncs (--sync-every) and a new topic's channel
+        pre-creation, as Go does."""
+        if tasks:
+            await asyncio.wait(tasks)
 
     async def mpub(self, request: web.Request) -> web.Response:
         opts = self.nsqd.options
@@ -196,8 +202,7 @@ class HTTPServer:
             topic.put_messages([topic.new_message(b) for b in bodies])
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
-        if syncs:
-            await asyncio.wait(syncs)
+        await self._settled(syncs + self.nsqd.topic_starting(topic))
         return v1_text("OK")
 
     # ------------------------------------------------------------------ stats
@@ -231,7 +236,8 @@ class HTTPServer:
         return topic
 
     async def topic_create(self, request: web.Request) -> web.Response:
-        self._topic_from_query(query(request))
+        topic = self._topic_from_query(query(request))
+        await self._settled(self.nsqd.topic_starting(topic))
         return v1_empty()
 
     async def topic_delete(self, request: web.Request) -> web.Response:

@@ -82,7 +82,9 @@ class NSQD:
         self.https_listen = ""
         self._https_server: asyncio.AbstractServer | None = None
         self._https_runner: web.AppRunner | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        # topics still pre-creating channels from nsqlookupd; Go answers the command that
+        # created the topic only after that, so we acknowledge after it too
+        self._starting: dict[str, asyncio.Task[None]] = {}
 
     def _validate(self) -> None:
         """Go's New(): option checks, in its order (after the data-path lock)."""
@@ -267,8 +269,8 @@ class NSQD:
             if not self._loading and self.lookup is not None and self.lookup.addresses:
                 topic.started = False
                 task = self.loop.create_task(self._precreate_channels(topic))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                self._starting[name] = task
+                task.add_done_callback(lambda _: self._starting.pop(name, None))
         return topic
 
     async def _precreate_channels(self, topic: Topic) -> None:
@@ -485,6 +487,11 @@ class NSQD:
     def running_syncs(self) -> tuple[asyncio.Task[None], ...]:
         """Syncs under way now: a publish arriving now is acknowledged after them."""
         return tuple(self._syncing.values()) if self._syncing else ()
+
+    def topic_starting(self, topic: Topic) -> tuple[asyncio.Task[None], ...]:
+        """The channel pre-creation a new topic's first command must wait for, if any."""
+        task = self._starting.get(topic.name) if self._starting else None
+        return (task,) if task is not None else ()
 
     def ack_after(
         self, syncs: tuple[asyncio.Task[None], ...], response: bytes

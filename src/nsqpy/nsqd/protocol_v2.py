@@ -210,7 +210,7 @@ class ProtocolV2:
 
     # ------------------------------------------------------------------ consuming
 
-    def SUB(self, client: ClientV2, command: Command) -> bytes | None:
+    def SUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
         if client.state != STATE_INIT:
             raise ProtocolError("E_INVALID", "cannot SUB in current state")
         if client.heartbeat_interval <= 0:
@@ -240,7 +240,7 @@ class ProtocolV2:
             raise ProtocolError("E_SUB_FAILED", "SUB failed to deleted topic/channel")
         client.state = STATE_SUBSCRIBED
         client.channel = channel
-        return OK
+        return self.nsqd.ack_after(self.nsqd.topic_starting(topic), OK)
 
     def RDY(self, client: ClientV2, command: Command) -> bytes | None:
         if client.state == STATE_CLOSING:
@@ -364,7 +364,7 @@ class ProtocolV2:
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {exc}") from None
         client.published(topic_name, 1)
-        return self.nsqd.ack_after(syncs, OK)
+        return self.nsqd.ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     def PUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
         return self._publish_one(client, command, "PUB")
@@ -402,7 +402,7 @@ class ProtocolV2:
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
         client.published(topic_name, len(msgs))
-        return self.nsqd.ack_after(syncs, OK)
+        return self.nsqd.ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     # ------------------------------------------------------------------ helpers
 

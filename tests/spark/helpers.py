@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow.dataset as ds
 
 from nsqpy.client import sync
 from nsqpy.testing import DaemonProcess
@@ -128,14 +128,14 @@ def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "
 
 
 def parquet_rows(path: Path) -> list[dict[str, Any]]:
-    """Every row of a Parquet output directory (Spark's file sink), read with pyarrow."""
+    """Every row of a Parquet output directory (Spark's file sink), with hive partition columns."""
     if not path.exists():
         return []
-    files = [f for f in path.rglob("*.parquet") if "_spark_metadata" not in f.parts]
-    rows: list[dict[str, Any]] = []
-    for f in files:
-        rows.extend(pq.read_table(f, partitioning=None).to_pylist())
-    return rows
+    files = [str(f) for f in path.rglob("*.parquet") if "_spark_metadata" not in f.parts]
+    if not files:
+        return []
+    dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=str(path))
+    return list(dataset.to_table().to_pylist())
 
 
 def consume_all(

@@ -1,0 +1,7 @@
+"""``python -m nsqpy.pipeline`` is ``nsqpy-pipeline``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -9,6 +9,8 @@ import os
 import random
 import socket
 import ssl
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -164,6 +166,77 @@ def test_https_listener_serves_the_api(daemons: Daemons, certs: Certs) -> None:
         https_address(nsqd), "GET", f"/stats?format=json&topic={topic}", None, context
     )
     assert resp.json()["topics"][0]["depth"] == 2
+
+
+# --------------------------------------------------------------------------- start-up errors
+
+
+def start_up_error(tmp_path: Path, *flags: str) -> str:
+    """Run nsqd with ``flags``; it must exit 1 with one FATAL line, returned without prefix."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "nsqpy.nsqd", f"--data-path={tmp_path}",
+         "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+         "--https-address=127.0.0.1:0", *flags],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    [fatal] = [line for line in proc.stderr.splitlines() if "FATAL: " in line]
+    return fatal.split("FATAL: ", 1)[1]
+
+
+PREFIX = "failed to instantiate nsqd - "
+
+
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--tls-required=true"], "cannot require TLS client connections without TLS key and cert"),
+        (["--tls-client-auth-policy=require"], "cannot require TLS client connections without "
+         "TLS key and cert"),
+        (["cert"], "failed to build TLS config - open : no such file or directory"),
+        (["cert", "--tls-key={d}/missing.key"],
+         "failed to build TLS config - open {d}/missing.key: no such file or directory"),
+        (["--tls-cert={d}/server.pem", "--tls-key={d}/client.key"],
+         "failed to build TLS config - tls: private key does not match public key"),
+        (["--tls-cert={d}/server.key", "--tls-key={d}/server.key"],
+         "failed to build TLS config - tls: failed to find certificate PEM data in certificate "
+         "input, but did find a private key; PEM inputs may have been switched"),
+        (["--tls-cert={d}/server.pem", "--tls-key={d}/server.pem"],
+         "failed to build TLS config - tls: found a certificate rather than a key in the PEM "
+         "for the private key"),
+        (["--tls-cert={d}/server.ext", "--tls-key={d}/server.key"],
+         "failed to build TLS config - tls: failed to find any PEM data in certificate input"),
+        (["pair", "--tls-root-ca-file={d}/missing.pem"],
+         "failed to build TLS config - open {d}/missing.pem: no such file or directory"),
+        (["pair", "--tls-client-auth-policy=require-verify", "--tls-root-ca-file={d}/server.key"],
+         "failed to build TLS config - failed to append certificate to pool"),
+    ],
+    ids=["required", "policy", "no-key", "missing-key", "mismatch", "switched", "cert-as-key",
+         "no-pem", "missing-ca", "ca-without-cert"],
+)  # fmt: skip
+def test_tls_start_up_errors(tmp_path: Path, certs: Certs, flags: list[str], error: str) -> None:
+    """Go's buildTLSConfig and New() errors, word for word."""
+    d = str(certs.directory)
+    pair = [f"--tls-cert={d}/server.pem", f"--tls-key={d}/server.key"]
+    expanded: list[str] = []
+    for flag in flags:
+        if flag == "pair":
+            expanded += pair
+        elif flag == "cert":
+            expanded.append(pair[0])
+        else:
+            expanded.append(flag.format(d=d))
+    assert start_up_error(tmp_path, *expanded) == PREFIX + error.format(d=d)
+
+
+def test_unknown_client_auth_policy_asks_for_no_certificate(daemons: Daemons, certs: Certs) -> None:
+    """Go's switch has no error branch: an unknown policy means no client certificate, and
+    (like any policy) it turns tls-required on."""
+    nsqd = daemons.get("--tls-client-auth-policy=whatever")
+    assert not tls_rejected(nsqd.tcp_address, certs.client_context())
+    with LayeredConn(nsqd.tcp_address) as conn:
+        conn.send(command("SUB t ch"))
+        conn.expect_error("E_INVALID cannot SUB in current state (TLS required)")
 
 
 # --------------------------------------------------------------------------- client certificates

@@ -9,6 +9,7 @@ certificate, which needs a verify callback that ``ssl`` does not expose.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -77,25 +78,93 @@ def build_server_context(opts: Options) -> SSL.Context | None:
     if version is None:
         raise ValueError(f"failed to build TLS config - unknown tls version {opts.tls_min_version}")
     try:
-        ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
-        ctx.set_min_proto_version(version)
-        ctx.use_certificate_chain_file(opts.tls_cert)
+        return _server_context(opts, version)
+    except (SSL.Error, TLSConfigError) as exc:
+        detail = _describe(exc) if isinstance(exc, SSL.Error) else str(exc)
+        raise ValueError(f"failed to build TLS config - {detail}") from None
+
+
+class TLSConfigError(Exception):
+    pass
+
+
+def _server_context(opts: Options, version: int) -> SSL.Context:
+    """Go's buildTLSConfig: the key pair, the client-certificate policy, the client CAs."""
+    ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
+    ctx.set_min_proto_version(version)
+    # tls.LoadX509KeyPair reads both files before it parses either
+    cert_pem, key_pem = _read(opts.tls_cert), _read(opts.tls_key)
+    _check_key_pair_pem(cert_pem, key_pem)
+    ctx.use_certificate_chain_file(opts.tls_cert)
+    try:
         ctx.use_privatekey_file(opts.tls_key)
         ctx.check_privatekey()
-        policy = opts.tls_client_auth_policy
-        if policy == "require":
-            ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _accept_any)
-        elif policy == "require-verify":
-            if opts.tls_root_ca_file:
-                ctx.load_verify_locations(opts.tls_root_ca_file)
-            else:
-                ctx.set_default_verify_paths()
-            ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _verified)
-        elif policy:
-            raise ValueError(f"unknown tls-client-auth-policy {policy}")
-    except (SSL.Error, OSError) as exc:
-        raise ValueError(f"failed to build TLS config - {exc}") from None
+    except SSL.Error as exc:
+        if "mismatch" not in _describe(exc):
+            raise
+        raise TLSConfigError("tls: private key does not match public key") from None
+    policy = opts.tls_client_auth_policy
+    if policy == "require":
+        ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _accept_any)
+    elif policy == "require-verify":
+        if not opts.tls_root_ca_file:
+            ctx.set_default_verify_paths()  # Go: nil ClientCAs verify against the system pool
+        ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _verified)
+    # any other policy asks for no client certificate, as Go's switch default does
+    if opts.tls_root_ca_file:  # read (and must hold a certificate) whatever the policy
+        if b"-----BEGIN CERTIFICATE" not in _read(opts.tls_root_ca_file):
+            raise TLSConfigError("failed to append certificate to pool")
+        try:
+            ctx.load_verify_locations(opts.tls_root_ca_file)
+        except SSL.Error:
+            raise TLSConfigError("failed to append certificate to pool") from None
     return ctx
+
+
+_PEM_TYPE = re.compile(rb"-----BEGIN ([^-\r\n]+)-----")
+
+
+def _check_key_pair_pem(cert_pem: bytes, key_pem: bytes) -> None:
+    """Go's tls.X509KeyPair errors for PEM files without the blocks it needs."""
+    cert_kinds = _pem_types(cert_pem)
+    if "CERTIFICATE" not in cert_kinds:
+        if not cert_kinds:
+            raise TLSConfigError("tls: failed to find any PEM data in certificate input")
+        if len(cert_kinds) == 1 and cert_kinds[0].endswith("PRIVATE KEY"):
+            raise TLSConfigError(
+                "tls: failed to find certificate PEM data in certificate input, but did find a "
+                "private key; PEM inputs may have been switched"
+            )
+        raise TLSConfigError(
+            'tls: failed to find "CERTIFICATE" PEM block in certificate input after skipping '
+            f"PEM blocks of the following types: [{' '.join(cert_kinds)}]"
+        )
+    key_kinds = _pem_types(key_pem)
+    if not any(kind.endswith("PRIVATE KEY") for kind in key_kinds):
+        if not key_kinds:
+            raise TLSConfigError("tls: failed to find any PEM data in key input")
+        if key_kinds == ["CERTIFICATE"]:
+            raise TLSConfigError(
+                "tls: found a certificate rather than a key in the PEM for the private key"
+            )
+        raise TLSConfigError(
+            'tls: failed to find PEM block with type ending in "PRIVATE KEY" in key input after '
+            f"skipping PEM blocks of the following types: [{' '.join(key_kinds)}]"
+        )
+
+
+def _pem_types(data: bytes) -> list[str]:
+    return [m.decode(errors="replace") for m in _PEM_TYPE.findall(data)]
+
+
+def _read(path: str) -> bytes:
+    """A file's bytes, or Go's os error text (``open <path>: no such file or directory``)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise TLSConfigError(f"open {path}: {reason[:1].lower()}{reason[1:]}") from None
 
 
 def _accept_any(conn: SSL.Connection, cert: crypto.X509, errno: int, depth: int, ok: int) -> bool:

@@ -289,6 +289,46 @@ def test_require_verify_policy_over_https(
     assert_tls_required_403(nsqd, "GET", "/ping")
 
 
+def https_failure(daemon: DaemonProcess, context: ssl.SSLContext) -> str:
+    try:
+        http_request(https_address(daemon), "GET", "/ping", tls_context=context)
+    except ssl.SSLError as exc:
+        return str(exc)
+    raise AssertionError("the HTTPS request went through")
+
+
+def tcp_failure(daemon: DaemonProcess, context: ssl.SSLContext) -> str:
+    with LayeredConn(daemon.tcp_address) as conn:
+        conn.identify(tls_v1=True)
+        try:
+            conn.sock = context.wrap_socket(conn.sock, server_hostname="127.0.0.1")
+            conn.read_frame()
+        except ssl.SSLError as exc:
+            return str(exc)
+    raise AssertionError("the TLS upgrade went through")
+
+
+def test_https_refusals_say_why_with_a_tls_alert(
+    daemons: Daemons, certs: Certs, require_verify: tuple[str, ...]
+) -> None:
+    """As Go's crypto/tls, the refusal is an alert, not a bare close."""
+    nsqd = daemons.get(*require_verify)
+    assert "certificate required" in https_failure(nsqd, certs.client_context())
+    assert "unknown ca" in https_failure(nsqd, certs.client_context("self-signed"))
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="client_v2._receive_tls closes without writing TLSError.alert (the HTTPS side does)",
+)
+def test_tcp_refusals_say_why_with_a_tls_alert(
+    daemons: Daemons, certs: Certs, require_verify: tuple[str, ...]
+) -> None:
+    nsqd = daemons.get(*require_verify)
+    assert "certificate required" in tcp_failure(nsqd, certs.client_context())
+    assert "unknown ca" in tcp_failure(nsqd, certs.client_context("self-signed"))
+
+
 def test_require_verify_with_tcp_https_lets_plain_http_through(
     daemons: Daemons, certs: Certs, require_verify: tuple[str, ...]
 ) -> None:

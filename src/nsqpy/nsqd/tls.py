@@ -67,7 +67,12 @@ _READ_SIZE = 256 * 1024
 
 
 class TLSError(Exception):
-    pass
+    """The session failed; ``alert`` holds the bytes OpenSSL queued for the peer (the TLS
+    alert that tells it why), which the caller should write before closing."""
+
+    def __init__(self, message: str, alert: bytes = b"") -> None:
+        super().__init__(message)
+        self.alert = alert
 
 
 def build_server_context(opts: Options) -> SSL.Context | None:
@@ -207,14 +212,14 @@ class TLSSession:
                     self.closed = True
                     break
         except SSL.Error as exc:
-            raise TLSError(_describe(exc)) from None
+            raise TLSError(_describe(exc), self._outgoing()) from None
         return b"".join(plain), self._outgoing()
 
     def send(self, data: bytes) -> bytes:
         try:
             self._conn.sendall(data)
         except SSL.Error as exc:
-            raise TLSError(_describe(exc)) from None
+            raise TLSError(_describe(exc), self._outgoing()) from None
         return self._outgoing()
 
     def _outgoing(self) -> bytes:
@@ -272,7 +277,9 @@ class TLSServerProtocol(asyncio.Protocol):
         assert self._raw is not None
         try:
             plain, outgoing = self._session.receive(data)
-        except TLSError:
+        except TLSError as exc:
+            if exc.alert:
+                self._raw.write(exc.alert)
             self._raw.close()
             return
         if outgoing:

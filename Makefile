@@ -4,15 +4,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint typecheck pytest run clean
+.PHONY: venv java test lint typecheck pytest run clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
 	touch $(STAMP)
+
+# Spark (the pipeline, its tests, `make run`) needs Java 17+.
+java:
+	@if ! command -v java >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "java not found: installing openjdk-17-jre-headless (Spark needs Java 17+)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	  else \
+	    echo "Spark needs Java 17+ and 'java' is not on PATH: install a JRE 17+" >&2; \
+	    echo "(Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17)" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
 
 lint: venv
 	$(BIN)/ruff check src tests bench
@@ -21,12 +34,13 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-pytest: venv
+pytest: venv java
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest
 
-run: venv
+# The pipeline demo: nsqlookupd, two nsqd, a producer, the Spark jobs, a consumer. Ctrl-C stops.
+run: venv java
 	$(BIN)/python -m nsqpy.demo
 
 clean:

@@ -122,7 +122,9 @@ def aggregate_query(
 ) -> StreamingQuery:
     """Count JSON events per ``key`` in tumbling windows of publish time; publish the counts.
 
-    Output messages (update mode: a window's count is republished as it grows)::
+    A window's counts are published once, when the watermark passes its end (append mode:
+    the nsq sink, like every Python data source sink, supports append only); events later
+    than ``watermark`` behind the newest one are dropped. Output messages::
 
         {"window_start": "2026-01-01T12:00:10.000Z", "window_end": "...", "page": "/home",
          "count": 42}
@@ -151,7 +153,7 @@ def aggregate_query(
         .options(**(dict(sink) if sink is not None else source.sink_options()))
         .option("topic", output_topic)
         .option("checkpointLocation", str(checkpoint))
-        .outputMode("update")
+        .outputMode("append")
         .queryName(name or f"aggregate-{source.topic}")
     )
     return trigger.apply(writer).start()

@@ -318,4 +318,4 @@ class NSQStreamWriter(DataSourceStreamArrowWriter):
         log.info("nsq sink: batch %d published %d message(s)", batchId, total)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("nsq sink: batch %d aborted; its retry publishes the rows again", batchId)
+        log.info("nsq sink: batch %d aborted; its retry publishes the rows again", batchId)

@@ -168,6 +168,21 @@ def test_https_listener_serves_the_api(daemons: Daemons, certs: Certs) -> None:
     assert resp.json()["topics"][0]["depth"] == 2
 
 
+@pytest.mark.parametrize("request_line", [b"GET /ping", b"POST /pub?topic=t", b"OPTIONS *"])
+def test_plain_http_on_the_https_port(daemons: Daemons, request_line: bytes) -> None:
+    """Go's http.Server answers a plain request on its TLS port with a fixed 400."""
+    nsqd = daemons.get()
+    with socket.create_connection(https_address(nsqd), timeout=5) as sock:
+        sock.sendall(request_line + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert (
+        answer
+        == b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+    )
+
+
 # --------------------------------------------------------------------------- start-up errors
 
 

@@ -258,11 +258,19 @@ def _describe(exc: SSL.Error) -> str:
 # ---------------------------------------------------------------------- HTTPS in front of aiohttp
 
 
+#: What Go's http.Server answers plain HTTP sent to its HTTPS port (tlsRecordHeaderLooksLikeHTTP).
+_HTTP_ON_HTTPS = (
+    b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+)
+_HTTP_RECORD_HEADERS = (b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO")
+
+
 class TLSServerProtocol(asyncio.Protocol):
     """Terminates TLS and hands the plaintext to an inner protocol (aiohttp's request handler)."""
 
     def __init__(self, ctx: SSL.Context, inner: asyncio.Protocol) -> None:
         self._session = TLSSession(ctx)
+        self._head = b""  # the first five bytes: a TLS record header, or plain HTTP
         self._inner = inner
         self._raw: asyncio.Transport | None = None
         self._plain: _PlainTransport | None = None
@@ -275,10 +283,14 @@ class TLSServerProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         assert self._raw is not None
+        if len(self._head) < 5:
+            self._head += data[: 5 - len(self._head)]
         try:
             plain, outgoing = self._session.receive(data)
         except TLSError as exc:
-            if exc.alert:
+            if not self._session.handshake_done and self._head in _HTTP_RECORD_HEADERS:
+                self._raw.write(_HTTP_ON_HTTPS)
+            elif exc.alert:
                 self._raw.write(exc.alert)
             self._raw.close()
             return

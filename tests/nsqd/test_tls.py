@@ -332,10 +332,6 @@ def test_https_refusals_say_why_with_a_tls_alert(
     assert "unknown ca" in https_failure(nsqd, certs.client_context("self-signed"))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="client_v2._receive_tls closes without writing TLSError.alert (the HTTPS side does)",
-)
 def test_tcp_refusals_say_why_with_a_tls_alert(
     daemons: Daemons, certs: Certs, require_verify: tuple[str, ...]
 ) -> None:

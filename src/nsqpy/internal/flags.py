@@ -21,12 +21,26 @@ from .durations import format_duration, parse_duration
 # Kinds of option value and how they are parsed.
 STR, INT, BOOL, DURATION, FLOAT = "str", "int", "bool", "duration", "float"
 STR_LIST, FLOAT_LIST = "str_list", "float_list"
-LOG_LEVEL, TLS_REQUIRED = "log_level", "tls_required"
+LOG_LEVEL, TLS_REQUIRED, TLS_VERSION = "log_level", "tls_required", "tls_version"
 
 _BOOL_LIKE = {BOOL, TLS_REQUIRED}
 _LIST_KINDS = {STR_LIST, FLOAT_LIST}
 
 TLS_NOT_REQUIRED, TLS_REQUIRED_EXCEPT_HTTP, TLS_REQUIRED_ALL = 0, 1, 2
+
+
+class FlagValueError(ValueError):
+    """A flag value a custom Go flag type rejects with its own message."""
+
+
+TLS_VERSIONS = ("tls1.0", "tls1.1", "tls1.2", "tls1.3")
+
+
+def parse_tls_version(text: str) -> str:
+    """Go's tlsVersionOption: ``tls1.0`` .. ``tls1.3`` (any case); empty keeps the default."""
+    if text and text.lower() not in TLS_VERSIONS:
+        raise FlagValueError(f'unknown tlsVersionOption "{text}"')
+    return text.lower()
 
 
 class UsageError(Exception):
@@ -123,6 +137,8 @@ def parse_value(kind: str, text: str) -> Any:
         return lg.parse_level(text)
     if kind == TLS_REQUIRED:
         return parse_tls_required(text)
+    if kind == TLS_VERSION:
+        return parse_tls_version(text)
     raise AssertionError(kind)
 
 
@@ -152,6 +168,8 @@ def render_value(kind: str, value: Any) -> Any:
 
 
 def describe_default(spec: FlagSpec) -> str:
+    if isinstance(spec.default, bool):
+        return "true" if spec.default else "false"
     if spec.kind == DURATION:
         return format_duration(spec.default)
     if spec.kind == LOG_LEVEL:
@@ -207,6 +225,8 @@ def parse_argv(flag_specs: Sequence[FlagSpec], argv: Sequence[str]) -> ParsedArg
                 raise UsageError(f"flag needs an argument: -{name}")
         try:
             parsed_value = parse_value(spec.kind, value)
+        except FlagValueError as exc:
+            raise UsageError(f'invalid value "{value}" for flag -{name}: {exc}') from None
         except ValueError:
             raise UsageError(f'invalid value "{value}" for flag -{name}: parse error') from None
         if spec.kind in _LIST_KINDS and spec.attr in parsed.values:
@@ -254,7 +274,7 @@ def usage(program: str, options_cls: type) -> str:
         kind = "" if spec.kind in _BOOL_LIKE else " value"
         lines.append(f"  -{spec.flag}{kind}")
         default = describe_default(spec)
-        suffix = f" (default {default})" if default not in ("", "[]", "False", "0") else ""
+        suffix = f" (default {default})" if default not in ("", "[]", "false", "0") else ""
         lines.append(f"    \t{spec.help}{suffix}")
     return "\n".join(lines) + "\n"
 

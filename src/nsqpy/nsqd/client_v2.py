@@ -357,6 +357,8 @@ class ClientV2(asyncio.Protocol):
             plain, outgoing = session.receive(data)
         except TLSError as exc:
             self.nsqd.logger.error(f"[{self}] - IDENTIFY failed TLS handshake: {exc}")
+            if exc.alert and self.transport is not None:
+                self.transport.write(exc.alert)  # tell the peer why, as Go's crypto/tls does
             self.close()
             return b""
         if outgoing and self.transport is not None:

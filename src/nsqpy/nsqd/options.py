@@ -18,6 +18,7 @@ from ..internal.flags import (
     STR_LIST,
     TLS_NOT_REQUIRED,
     TLS_REQUIRED,
+    TLS_VERSION,
     option,
 )
 
@@ -246,7 +247,7 @@ class Options:
     tls_min_version: str = option(
         "tls-min-version",
         "tls1.0",
-        STR,
+        TLS_VERSION,
         "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
     )
 

@@ -145,7 +145,8 @@ def aggregate_query(
                 F.date_format("window.end", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("window_end"),
                 F.col(key),
                 F.col("count"),
-            )
+            ),
+            {"ignoreNullFields": "false"},  # events without the key are counted under null
         ).alias("body")
     )
     writer = (

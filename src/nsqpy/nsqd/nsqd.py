@@ -27,6 +27,7 @@ from .lookup import LookupPeers, nsqd_identity
 from .options import HOSTNAME, Options
 from .protocol_v2 import ProtocolV2
 from .stats import E2EStream
+from .statsd import StatsdPusher
 from .tls import build_server_context, tls_protocol_factory
 from .topic import Topic, TopicError
 
@@ -173,6 +174,8 @@ class NSQD:
         self._tasks.append(self.loop.create_task(self._queue_scan_loop()))
         self._tasks.append(self.loop.create_task(self._sync_loop()))
         await self._start_lookup()
+        if opts.statsd_address:
+            self._tasks.append(self.loop.create_task(StatsdPusher(self).run()))
 
     async def _start_http(self, address: str) -> None:
         from aiohttp import web

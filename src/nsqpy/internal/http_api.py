@@ -7,11 +7,16 @@ as compact Go-style JSON, an error as ``{"message": "<TEXT>"}`` with its status 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiohttp import web, web_protocol
 from aiohttp.http import HttpVersion11
+
+from . import lg
+from .durations import format_duration
+from .net import format_address
 
 # Go answers a request it cannot parse with "HTTP/1.1 400 Bad Request"; aiohttp's template for
 # such requests says HTTP/1.0. Peer tools match the status line, so use Go's version.
@@ -22,6 +27,10 @@ V1_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+RouteHandler = Callable[[web.Request], Awaitable[web.Response]]
+
+#: The daemon's logger, for the middlewares below.
+LOGGER: web.AppKey[lg.Logger] = web.AppKey("nsqpy_logger", lg.Logger)
 
 
 def _go_floats(value: Any) -> Any:
@@ -107,7 +116,9 @@ async def v1_errors(request: web.Request, handler: Handler) -> web.StreamRespons
     except web.HTTPException:
         raise
     except Exception:
-        request.app.get("logger", _NoLog()).error(f"HTTP: panic in {request.path}")
+        logger = request.app.get(LOGGER)
+        if logger is not None:
+            logger.error(f"HTTP: panic in {request.path}")
         return v1_error(500, "INTERNAL_ERROR")
 
 
@@ -122,6 +133,53 @@ def _redirect(request: web.Request, target: str) -> web.HTTPException:
     return web.HTTPPermanentRedirect(location)
 
 
-class _NoLog:
-    def error(self, message: str) -> None:
-        pass
+# --------------------------------------------------------------------------- Go's router
+
+
+def add_routes(app: web.Application, routes: Iterable[tuple[str, str, RouteHandler]]) -> None:
+    """Routes as httprouter has them: GET routes do not answer HEAD implicitly."""
+    for method, path, handler in routes:
+        if method == "GET":
+            app.router.add_get(path, handler, allow_head=False)
+        else:
+            app.router.add_route(method, path, handler)
+
+
+def allowed_methods(app: web.Application, path: str, exclude: str) -> str:
+    """httprouter's ``Allow`` header value for a path: its methods, then OPTIONS."""
+    methods: set[str] = set()
+    for resource in app.router.resources():
+        if getattr(resource, "canonical", None) != path:
+            continue
+        for route in resource:
+            methods.add(route.method)
+    methods.discard(exclude)
+    methods.discard("OPTIONS")
+    return ", ".join([*sorted(methods), "OPTIONS"]) if methods else ""
+
+
+def router_middleware(logger: lg.Logger, unlogged: frozenset[str] = frozenset()) -> Any:
+    """httprouter's OPTIONS answers and ``Allow`` on 405, and Go's ``http_api.Log`` line
+    (``200 GET /stats (127.0.0.1:5000) 1.2ms``) for every path not in ``unlogged``."""
+
+    @web.middleware
+    async def router(request: web.Request, handler: Handler) -> web.StreamResponse:
+        start = time.perf_counter()
+        if request.method == "OPTIONS":
+            allow = allowed_methods(request.app, request.path, "OPTIONS")
+            if allow:
+                return web.Response(status=200, headers={"Allow": allow})
+        response = await handler(request)
+        if response.status == 405:
+            allow = allowed_methods(request.app, request.path, request.method)
+            if allow:
+                response.headers["Allow"] = allow
+        if request.path not in unlogged and logger.enabled(lg.INFO):
+            elapsed = format_duration(time.perf_counter() - start)
+            transport = request.transport
+            remote = format_address(transport.get_extra_info("peername") if transport else "")
+            line = f"{response.status} {request.method} {request.raw_path} ({remote}) {elapsed}"
+            logger.info(line)
+        return response
+
+    return router

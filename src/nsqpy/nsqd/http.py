@@ -16,10 +16,14 @@ from ..internal import lg
 from ..internal.flags import TLS_REQUIRED_ALL, render_value, specs
 from ..internal.http_api import (
     JSON_CONTENT_TYPE,
+    LOGGER,
     V1_HEADERS,
     ApiError,
+    RouteHandler,
+    add_routes,
     go_json,
     plain_text,
+    router_middleware,
     v1_empty,
     v1_errors,
     v1_json,
@@ -64,27 +68,28 @@ class HTTPServer:
         self.nsqd = nsqd
         self.tls_listener = tls_listener
 
-    def routes(self) -> list[web.RouteDef]:
+    def routes(self) -> list[tuple[str, str, RouteHandler]]:
+        """Go's newHTTPServer route table."""
         return [
-            web.get("/ping", self.ping),
-            web.get("/info", self.info),
-            web.post("/pub", self.pub),
-            web.post("/mpub", self.mpub),
-            web.get("/stats", self.stats),
-            web.post("/topic/create", self.topic_create),
-            web.post("/topic/delete", self.topic_delete),
-            web.post("/topic/empty", self.topic_empty),
-            web.post("/topic/pause", self.topic_pause),
-            web.post("/topic/unpause", self.topic_pause),
-            web.post("/channel/create", self.channel_create),
-            web.post("/channel/delete", self.channel_delete),
-            web.post("/channel/empty", self.channel_empty),
-            web.post("/channel/pause", self.channel_pause),
-            web.post("/channel/unpause", self.channel_pause),
-            web.get("/config/{opt}", self.config),
-            web.put("/config/{opt}", self.config),
-            web.put("/debug/setblockrate", self.debug_noop),
-            web.post("/debug/freememory", self.debug_noop),
+            ("GET", "/ping", self.ping),
+            ("GET", "/info", self.info),
+            ("POST", "/pub", self.pub),
+            ("POST", "/mpub", self.mpub),
+            ("GET", "/stats", self.stats),
+            ("POST", "/topic/create", self.topic_create),
+            ("POST", "/topic/delete", self.topic_delete),
+            ("POST", "/topic/empty", self.topic_empty),
+            ("POST", "/topic/pause", self.topic_pause),
+            ("POST", "/topic/unpause", self.topic_pause),
+            ("POST", "/channel/create", self.channel_create),
+            ("POST", "/channel/delete", self.channel_delete),
+            ("POST", "/channel/empty", self.channel_empty),
+            ("POST", "/channel/pause", self.channel_pause),
+            ("POST", "/channel/unpause", self.channel_pause),
+            ("GET", "/config/{opt}", self.config),
+            ("PUT", "/config/{opt}", self.config),
+            ("PUT", "/debug/setblockrate", self.debug_noop),
+            ("POST", "/debug/freememory", self.debug_noop),
         ]
 
     # ------------------------------------------------------------------ basics
@@ -364,14 +369,15 @@ def tls_required_middleware(nsqd: NSQD) -> Any:
 
 def build_app(nsqd: NSQD, tls_listener: bool = False) -> web.Application:
     server = HTTPServer(nsqd, tls_listener)
-    middlewares = [v1_errors]
+    # Go logs every request but /pub and /mpub (the hot path)
+    middlewares = [router_middleware(nsqd.logger, frozenset({"/pub", "/mpub"})), v1_errors]
     if not tls_listener and nsqd.options.tls_required == TLS_REQUIRED_ALL:
         middlewares.insert(0, tls_required_middleware(nsqd))
     app = web.Application(
         middlewares=middlewares, client_max_size=max(nsqd.options.max_body_size, 1 << 20) + 1
     )
-    app["logger"] = nsqd.logger
-    app.add_routes(server.routes())
+    app[LOGGER] = nsqd.logger
+    add_routes(app, server.routes())
     return app
 
 

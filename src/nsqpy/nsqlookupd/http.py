@@ -6,22 +6,25 @@ The route table is :func:`make_app`. Responses follow the V1 conventions of
 
 from __future__ import annotations
 
-import time
-import warnings
-from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from .. import NSQ_VERSION
-from ..internal import lg
-from ..internal.durations import format_duration
-from ..internal.http_api import ApiError, Handler, plain_text, v1_empty, v1_errors, v1_json
+from ..internal.http_api import (
+    LOGGER,
+    ApiError,
+    add_routes,
+    plain_text,
+    router_middleware,
+    v1_empty,
+    v1_errors,
+    v1_json,
+)
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from .registration_db import GO_ZERO_TIME_NS, Registration, filter_active
-from .tcp import CLIENT_REGISTRATION, format_address
+from .tcp import CLIENT_REGISTRATION
 
 if TYPE_CHECKING:
     from .nsqlookupd import NSQLookupd
@@ -99,46 +102,6 @@ class Params:
 
 
 # --------------------------------------------------------------------------- middlewares
-
-
-def _allowed_methods(app: web.Application, path: str, exclude: str) -> str:
-    """httprouter's ``Allow`` header value for a path: its methods, then OPTIONS."""
-    methods: set[str] = set()
-    for resource in app.router.resources():
-        if getattr(resource, "canonical", None) != path:
-            continue
-        for route in resource:
-            methods.add(route.method)
-    methods.discard(exclude)
-    methods.discard("OPTIONS")
-    return ", ".join([*sorted(methods), "OPTIONS"]) if methods else ""
-
-
-def make_logging_middleware(lookupd: NSQLookupd) -> Middleware:
-    @web.middleware
-    async def log_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Go's ``http_api.Log``: one INFO line per request; plus httprouter's OPTIONS and
-        ``Allow`` handling."""
-        start = time.perf_counter()
-        if request.method == "OPTIONS":
-            allow = _allowed_methods(request.app, request.path, "OPTIONS")
-            if allow:
-                return web.Response(status=200, headers={"Allow": allow})
-        response = await handler(request)
-        if response.status == 405:
-            allow = _allowed_methods(request.app, request.path, request.method)
-            if allow:
-                response.headers["Allow"] = allow
-        if lookupd.logger.enabled(lg.INFO):
-            elapsed = format_duration(time.perf_counter() - start)
-            transport = request.transport
-            remote = format_address(transport.get_extra_info("peername") if transport else "")
-            lookupd.logger.info(
-                f"{response.status} {request.method} {request.raw_path} ({remote}) {elapsed}"
-            )
-        return response
-
-    return log_requests
 
 
 # --------------------------------------------------------------------------- handlers
@@ -290,33 +253,26 @@ class LookupdHTTP:
         return v1_empty()
 
 
-RouteHandler = Callable[[web.Request], Coroutine[Any, Any, web.Response]]
-
-
 def make_app(lookupd: NSQLookupd) -> web.Application:
     """The route table, as Go's ``newHTTPServer``."""
     api = LookupdHTTP(lookupd)
-    app = web.Application(middlewares=[make_logging_middleware(lookupd), v1_errors])
-    with warnings.catch_warnings():  # http_api.v1_errors looks the logger up by this str key
-        warnings.simplefilter("ignore", web.NotAppKeyWarning)
-        app["logger"] = lookupd.logger
-    routes: list[tuple[str, str, RouteHandler]] = [
-        ("GET", "/ping", api.ping),
-        ("GET", "/info", api.info),
-        ("GET", "/debug", api.debug),
-        ("GET", "/lookup", api.lookup),
-        ("GET", "/topics", api.topics),
-        ("GET", "/channels", api.channels),
-        ("GET", "/nodes", api.nodes),
-        ("POST", "/topic/create", api.create_topic),
-        ("POST", "/topic/delete", api.delete_topic),
-        ("POST", "/channel/create", api.create_channel),
-        ("POST", "/channel/delete", api.delete_channel),
-        ("POST", "/topic/tombstone", api.tombstone_topic_producer),
-    ]
-    for method, path, handler in routes:
-        if method == "GET":
-            app.router.add_get(path, handler, allow_head=False)
-        else:
-            app.router.add_route(method, path, handler)
+    app = web.Application(middlewares=[router_middleware(lookupd.logger), v1_errors])
+    app[LOGGER] = lookupd.logger
+    add_routes(
+        app,
+        [
+            ("GET", "/ping", api.ping),
+            ("GET", "/info", api.info),
+            ("GET", "/debug", api.debug),
+            ("GET", "/lookup", api.lookup),
+            ("GET", "/topics", api.topics),
+            ("GET", "/channels", api.channels),
+            ("GET", "/nodes", api.nodes),
+            ("POST", "/topic/create", api.create_topic),
+            ("POST", "/topic/delete", api.delete_topic),
+            ("POST", "/channel/create", api.create_channel),
+            ("POST", "/channel/delete", api.delete_channel),
+            ("POST", "/topic/tombstone", api.tombstone_topic_producer),
+        ],
+    )
     return app

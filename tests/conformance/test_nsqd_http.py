@@ -506,6 +506,19 @@ def test_67_errors(nsqd: DaemonProcess) -> None:
     assert_v1_error(http_request(nsqd, "DELETE", "/info"), 405, "METHOD_NOT_ALLOWED")
 
 
+def test_router_options_allow_and_no_implicit_head(nsqd: DaemonProcess) -> None:
+    """httprouter answers OPTIONS with the path's methods, names them in Allow on a 405, and
+    does not serve HEAD for GET routes."""
+    options = http_request(nsqd, "OPTIONS", "/stats")
+    assert options.status == 200 and options.headers["Allow"] == "GET, OPTIONS"
+    assert http_request(nsqd, "OPTIONS", "/config/log_level").headers["Allow"] == (
+        "GET, PUT, OPTIONS"
+    )
+    head = http_request(nsqd, "HEAD", "/stats")
+    assert head.status == 405 and head.headers["Allow"] == "GET, OPTIONS"
+    assert post(nsqd, "/stats").headers["Allow"] == "GET, OPTIONS"
+
+
 @pytest.mark.parametrize("path", ["/", "/create_topic", "/stats/x", "/topic", "/pub2", "/info/x"])
 def test_unknown_paths(nsqd: DaemonProcess, path: str) -> None:
     assert_v1_error(get(nsqd, path), 404, "NOT_FOUND")

@@ -149,13 +149,21 @@ def allowed_methods(app: web.Application, path: str, exclude: str) -> str:
     """httprouter's ``Allow`` header value for a path: its methods, then OPTIONS."""
     methods: set[str] = set()
     for resource in app.router.resources():
-        if getattr(resource, "canonical", None) != path:
+        if not _resource_matches(resource, path):
             continue
         for route in resource:
             methods.add(route.method)
     methods.discard(exclude)
     methods.discard("OPTIONS")
     return ", ".join([*sorted(methods), "OPTIONS"]) if methods else ""
+
+
+def _resource_matches(resource: web.AbstractResource, path: str) -> bool:
+    info = resource.get_info()
+    pattern = info.get("pattern")
+    if pattern is not None:  # a dynamic route such as /config/{opt}
+        return pattern.fullmatch(path) is not None
+    return info.get("path") == path
 
 
 def router_middleware(logger: lg.Logger, unlogged: frozenset[str] = frozenset()) -> Any:

@@ -6,6 +6,7 @@ consumer that prints the aggregates as they arrive, with a progress line every f
 Ctrl-C stops everything in order: producer, Spark queries, consumer, nsqd, nsqlookupd.
 
     python -m nsqpy.demo [--rate 200] [--work-dir nsqpy-demo] [--master local[*]]
+    python -m nsqpy.demo consume TOPIC [--nsqd 127.0.0.1:4150]   # print a topic's messages
 """
 
 from __future__ import annotations
@@ -175,7 +176,40 @@ def progress(
     )
 
 
+def consume(argv: Sequence[str]) -> int:
+    """Print the messages of a topic as they arrive (an ephemeral channel), until Ctrl-C."""
+    parser = argparse.ArgumentParser(prog="python -m nsqpy.demo consume")
+    parser.add_argument("topic")
+    parser.add_argument("--nsqd", action="append", help="nsqd TCP address (default :4150)")
+    args = parser.parse_args(argv)
+
+    def show(message: Message) -> None:
+        print(message.body.decode(errors="replace"), flush=True)
+
+    async def run() -> None:
+        addresses = args.nsqd or ["127.0.0.1:4150"]
+        consumer = Consumer(
+            args.topic,
+            "demo-consume#ephemeral",
+            show,
+            nsqd_tcp_addresses=addresses,
+            max_in_flight=100,
+        )
+        await consumer.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await consumer.close(timeout=5)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["consume"]:
+        return consume(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m nsqpy.demo", description=__doc__.split("\n")[0]
     )

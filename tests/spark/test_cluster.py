@@ -23,6 +23,9 @@ from pyspark.find_spark_home import _find_spark_home
 
 from .helpers import NSQCluster, make_topic, parquet_rows, publish_numbered, unique, wait_for
 
+# Spark start-up and streaming queries: more than the suite's default per-test limit
+pytestmark = pytest.mark.timeout(300)
+
 
 def free_port() -> int:
     with socket.socket() as sock:

@@ -11,7 +11,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from .conftest import SPARK_DIR
+
+# Spark start-up and streaming queries: more than the suite's default per-test limit
+pytestmark = pytest.mark.timeout(300)
 
 
 def _processes_mentioning(text: str) -> list[str]:

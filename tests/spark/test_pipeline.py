@@ -7,12 +7,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from nsqpy.pipeline.cli import build_parser
 from nsqpy.pipeline.jobs import SourceConfig, Trigger, aggregate_query
 
 from .helpers import NSQCluster, consume_all, make_topic, publish, unique
+
+# Spark start-up and streaming queries: more than the suite's default per-test limit
+pytestmark = pytest.mark.timeout(300)
 
 
 def test_aggregate_counts_per_key_and_window_arrive_on_the_output_topic(

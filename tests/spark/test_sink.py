@@ -25,6 +25,10 @@ from .helpers import (
 CHECK = "check"
 
 
+# Spark start-up and streaming queries: more than the suite's default per-test limit
+pytestmark = pytest.mark.timeout(300)
+
+
 def nsqd_list(cluster: NSQCluster) -> str:
     return ",".join(tcp(n) for n in cluster.nsqds)
 
@@ -53,7 +57,7 @@ def test_topic_and_defer_ms_columns(spark: SparkSession, cluster: NSQCluster) ->
     first, second = unique("sink_a"), unique("sink_b")
     for topic in (first, second):
         make_topic(cluster, topic, CHECK)
-    data = [(f"x{i}", first if i % 2 else second, 1500 if i < 4 else None) for i in range(10)]
+    data = [(f"x{i}", first if i % 2 else second, 4000 if i < 4 else None) for i in range(10)]
     df = spark.createDataFrame(data, "body string, topic string, defer_ms int")
     df.write.format("nsq").option("nsqd", nsqd_list(cluster)).mode("append").save()
 
@@ -63,7 +67,7 @@ def test_topic_and_defer_ms_columns(spark: SparkSession, cluster: NSQCluster) ->
     assert deferred == 4  # rows 0-3 went out with DPUB
     wait_for(
         lambda: depth(cluster, first, CHECK) + depth(cluster, second, CHECK) == 10,
-        timeout=10,
+        timeout=20,
         what="deferred messages",
     )
     assert sorted(consume_all(cluster, first, CHECK, 5)) == [b"x1", b"x3", b"x5", b"x7", b"x9"]

@@ -25,6 +25,10 @@ from .helpers import (
 CHANNEL = "spark"
 
 
+# Spark start-up and streaming queries: more than the suite's default per-test limit
+pytestmark = pytest.mark.timeout(300)
+
+
 def stream(spark: SparkSession, options: dict[str, str]) -> DataFrame:
     return spark.readStream.format("nsq").options(**options).load()
 

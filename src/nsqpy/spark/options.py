@@ -255,6 +255,7 @@ class SourceOptions:
     include_metadata: bool = True
     max_messages: int | None = None
     http_timeout: float = 5.0
+    lookupd_poll_interval: float = 5.0
     connection: tuple[tuple[str, str], ...] = ()
     fault_injection: str | None = field(default=None, repr=False)
 
@@ -384,6 +385,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         include_metadata=_bool(options, "includeMetadata", True),
         max_messages=max_messages,
         http_timeout=_duration(options, "httpTimeoutMs", 5.0),
+        lookupd_poll_interval=_duration(options, "lookupdPollIntervalMs", 5.0),
         connection=_connection_settings(options, source=True),
         fault_injection=_get(options, "_faultInjection") or None,
     )

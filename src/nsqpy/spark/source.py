@@ -118,10 +118,17 @@ class _ClusterView:
         self.options = options
         self.sources: dict[str, list[NsqdNode]] = {}
         self.reached_lookupd = False
+        self.looked_up_at: float | None = None
         self.stats: dict[tuple[str, str], ChannelStats | None] = {}
 
     def refresh(self) -> dict[str, list[NsqdNode]]:
         options = self.options
+        now = time.monotonic()
+        if (
+            self.looked_up_at is not None
+            and now - self.looked_up_at < options.lookupd_poll_interval
+        ):
+            return self.sources  # Spark may ask many times a second: nodes change slowly
         if not options.lookupd:
             http: Sequence[str | None] = options.nsqd_http or [None] * len(options.nsqd)
             nodes = [NsqdNode(tcp, h) for tcp, h in zip(options.nsqd, http, strict=True)]
@@ -140,6 +147,7 @@ class _ClusterView:
                 t: lookup_nodes(options.lookupd, t, options.http_timeout) for t in topics
             }
             self.reached_lookupd = True
+            self.looked_up_at = now
         except LookupdUnreachable:
             if not self.reached_lookupd:
                 raise

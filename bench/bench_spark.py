@@ -1,7 +1,7 @@
 """Throughput of the Spark connector: NSQ -> Parquet through the source, DataFrame -> NSQ
 through the sink, on a local nsqlookupd and two nsqd.
 
-    python bench/bench_spark.py --messages 300000 --size 100 --master 'local[2]'
+    python bench/bench_spark.py --messages 1000000 --size 100 --master 'local[2]'
 
 1. Fills topic ``bench`` with ``--messages`` bodies of ``--size`` bytes, split over both nsqd
    (channel ``spark`` created first, so every message waits for the query).
@@ -81,7 +81,7 @@ def rate(count: int, seconds: float, unit: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100, help="body bytes (>= 10)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--per-trigger", type=int, default=100_000, help="maxMessagesPerTrigger")

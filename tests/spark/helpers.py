@@ -127,11 +127,32 @@ def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "
         time.sleep(0.05)
 
 
-def parquet_rows(path: Path) -> list[dict[str, Any]]:
-    """Every row of a Parquet output directory (Spark's file sink), with hive partition columns."""
-    if not path.exists():
+def committed_files(path: Path) -> list[str]:
+    """The files Spark's file sink committed, from its ``_spark_metadata`` log.
+
+    Only these are the output: a file in the directory but not in the log (an attempt that
+    failed, a batch being written) is not.
+    """
+    log = path / "_spark_metadata"
+    if not log.exists():
         return []
-    files = [str(f) for f in path.rglob("*.parquet") if "_spark_metadata" not in f.parts]
+    files: set[str] = set()
+    for entry in sorted(log.iterdir()):
+        if entry.name.startswith(".") or not entry.name.split(".")[0].isdigit():
+            continue
+        for line in entry.read_text().splitlines()[1:]:  # the first line is the version
+            record = json.loads(line)
+            target = urllib.parse.unquote(urllib.parse.urlparse(record["path"]).path)
+            if record.get("action", "add") == "add":
+                files.add(target)
+            else:
+                files.discard(target)
+    return sorted(files)
+
+
+def parquet_rows(path: Path) -> list[dict[str, Any]]:
+    """Every committed row of a Parquet output (Spark's file sink), with partition columns."""
+    files = committed_files(path)
     if not files:
         return []
     dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=str(path))

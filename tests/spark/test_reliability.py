@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from nsqpy.pipeline.jobs import SourceConfig, Trigger, archive_query
+from nsqpy.testing import start_nsqd
 
 from .helpers import (
     NSQCluster,
@@ -209,3 +210,54 @@ def test_without_crashes_between_staging_and_fin_there_are_no_duplicates(
     assert_every_message_archived_once(tmp_path / "out")
     assert list((tmp_path / "faults").glob("*.after_fin")), "no task failed after FIN"
     assert input_rows(*queries) >= TOTAL
+
+
+def test_an_nsqd_restarting_mid_stream_loses_nothing(
+    spark: SparkSession, cluster: NSQCluster, tmp_path: Path
+) -> None:
+    """No single point of failure: one nsqd shuts down and comes back (on a new port, as
+    nsqlookupd then reports) while the archive runs; its queued and in-flight messages are
+    archived once it is back."""
+    topic = unique("restart")
+    lookupd_tcp = f"127.0.0.1:{cluster.lookupd.tcp_port}"
+    nsqds = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        nsqds.append(start_nsqd(tmp_path / name, f"--lookupd-tcp-address={lookupd_tcp}"))
+    try:
+        pair = NSQCluster(cluster.lookupd, nsqds)
+        make_topic(pair, topic, CHANNEL)
+        publish_numbered(pair, topic, 0, TOTAL)
+        config = SourceConfig(
+            topic=topic,
+            lookupd=[cluster.lookupd_http],
+            options={
+                "maxMessagesPerTrigger": "300",
+                "waitMs": "500",
+                "lookupdPollIntervalMs": "200",
+                "nsq.msg_timeout": "2s",
+            },
+        )
+        query = archive_query(
+            spark,
+            config,
+            output=tmp_path / "out",
+            checkpoint=tmp_path / "ckpt",
+            staging=tmp_path / "staging",
+            trigger=Trigger("200 milliseconds"),
+        )
+        try:
+            wait_for(lambda: input_rows(query) >= 600, timeout=90, what="progress")
+            nsqds[1].restart()  # SIGTERM: nsqd persists its queue, then a new process
+            wait_for(
+                lambda: len(parquet_rows(tmp_path / "out")) >= TOTAL,
+                timeout=120,
+                what="every message archived",
+            )
+        finally:
+            query.stop()
+        assert query.exception() is None
+        assert_every_message_archived_once(tmp_path / "out")
+    finally:
+        for nsqd in nsqds:
+            nsqd.stop()

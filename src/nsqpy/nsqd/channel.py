@@ -181,7 +181,7 @@ class Channel:
         if len(self.memory_queue) < self.mem_capacity:
             self.memory_queue.append(msg)
             return
-        self.nsqd.write_to_backend(self.backend, msg, f"CHANNEL({self.name})")
+        self.nsqd.write_to_backend(self.backend, msg, f"CHANNEL({self.name})", self.memory_queue)
 
     # ------------------------------------------------------------------ in flight
     #

@@ -24,22 +24,28 @@ class GUIDFactory:
         self._last_id = -1
 
     def new_id(self) -> bytes:
-        while True:
+        return self.new_ids(1)[0]
+
+    def new_ids(self, count: int) -> list[bytes]:
+        """``count`` consecutive IDs: a run of sequence numbers within each time tick."""
+        ids: list[bytes] = []
+        while count > 0:
             ts = time.time_ns() >> 20
             if ts < self._last_ts:  # the clock went backwards: wait, as Go does
                 time.sleep(0.001)
                 continue
-            if ts == self._last_ts:
-                self._sequence = (self._sequence + 1) & SEQUENCE_MASK
-                if self._sequence == 0:  # sequence exhausted within one tick
-                    time.sleep(0.0001)
-                    continue
-            else:
-                self._sequence = 0
-            self._last_ts = ts
-            guid = ((ts - TWEPOCH) << TIMESTAMP_SHIFT) | self._node_bits | self._sequence
-            if guid <= self._last_id:
+            first = self._sequence + 1 if ts == self._last_ts else 0
+            if first > SEQUENCE_MASK:  # sequence exhausted within this tick
+                time.sleep(0.0001)
+                continue
+            last = min(first + count, SEQUENCE_MASK + 1) - 1
+            base = ((ts - TWEPOCH) << TIMESTAMP_SHIFT) | self._node_bits
+            if base | first <= self._last_id:
                 time.sleep(0.001)
                 continue
-            self._last_id = guid
-            return b"%016x" % guid
+            ids.extend([b"%016x" % (base | seq) for seq in range(first, last + 1)])
+            count -= last - first + 1
+            self._sequence = last
+            self._last_ts = ts
+            self._last_id = base | last
+        return ids

@@ -204,7 +204,8 @@ class HTTPServer:
                 bodies.append(line)
         syncs = self.nsqd.running_syncs()
         try:
-            topic.put_messages([topic.new_message(b) for b in bodies])
+            with self.nsqd.batched_writes():
+                topic.put_messages(topic.new_messages(bodies))
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
         await self._settled(syncs + self.nsqd.topic_starting(topic))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import socket
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .. import version_line
@@ -32,7 +34,7 @@ from .tls import build_server_context, tls_protocol_factory
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
     from aiohttp import web
     from OpenSSL import SSL
@@ -77,6 +79,7 @@ class NSQD:
         self._persisting: asyncio.Future[None] | None = None
         self._deferred_records: dict[str, DeferredRecord] = {}
         self._syncing: dict[DiskQueue, asyncio.Task[None]] = {}
+        self._write_batch: dict[Backend, tuple[deque[Message], list[Message]]] | None = None
         self.lookup: LookupPeers | None = None
         self.tls_context: SSL.Context | None = None
         self.auth = Authenticator(None, self.logger)
@@ -457,14 +460,66 @@ class NSQD:
 
     # ------------------------------------------------------------------ backends and health
 
-    def write_to_backend(self, backend: Backend, msg: Message, context: str) -> None:
-        """Overflow to disk; BackendWriteError (and unhealthy) if the write fails."""
+    def write_to_backend(
+        self, backend: Backend, msg: Message, context: str, owner: deque[Message]
+    ) -> None:
+        """Overflow to disk; BackendWriteError (and unhealthy) if the write fails.
+
+        ``owner`` is the memory queue of the topic or channel the backend belongs to."""
+        batch = self._write_batch
+        if batch is not None:  # inside batched_writes(): one write(2) per queue at the end
+            pending = batch.get(backend)
+            if pending is None:
+                pending = batch[backend] = (owner, [])
+            pending[1].append(msg)
+            return
         try:
             backend.put(msg.encode())
         except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
             self.logger.error(f"{context} ERROR: failed to write message to backend - {exc}")
             raise BackendWriteError(str(exc)) from None
+        if self.health_error is not None:
+            self.set_health(None)
+        if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
+            self._start_sync(backend)
+
+    @contextlib.contextmanager
+    def batched_writes(self, lenient: bool = False) -> Iterator[None]:
+        """Collect the disk writes of one MPUB (or drain turn) and write each queue's share
+        with one write(2). A refused write raises BackendWriteError (the publish fails), or
+        with ``lenient`` keeps the unwritten messages in their owner's memory queue."""
+        if self._write_batch is not None:
+            yield
+            return
+        batch: dict[Backend, tuple[deque[Message], list[Message]]] = {}
+        self._write_batch = batch
+        try:
+            yield
+        finally:
+            self._write_batch = None
+            failure: BackendWriteError | None = None
+            for backend, (owner, msgs) in batch.items():
+                try:
+                    self._put_many(backend, msgs, owner if lenient else None)
+                except BackendWriteError as exc:
+                    failure = exc
+            if failure is not None:
+                raise failure
+
+    def _put_many(
+        self, backend: Backend, msgs: list[Message], keep_in: deque[Message] | None
+    ) -> None:
+        try:
+            backend.put_many([msg.encode() for msg in msgs])
+        except (DiskQueueError, OSError) as exc:
+            self.set_health(str(exc))
+            self.logger.error(f"DISKQUEUE({backend.name}) ERROR: failed to write messages - {exc}")
+            if keep_in is None:
+                raise BackendWriteError(str(exc)) from None
+            stored = exc.stored if isinstance(exc, DiskQueueError) else 0
+            keep_in.extend(msgs[stored:])
+            return
         if self.health_error is not None:
             self.set_health(None)
         if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():

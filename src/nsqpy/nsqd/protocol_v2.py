@@ -394,11 +394,11 @@ class ProtocolV2:
             raise ProtocolError("E_BAD_BODY", f"MPUB body too big {size} > {opts.max_body_size}")
         assert command.body is not None
         bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
-        new_message = topic.new_message
-        msgs = [new_message(body) for body in bodies]
+        msgs = topic.new_messages(bodies)
         syncs = self.nsqd.running_syncs()
         try:
-            topic.put_messages(msgs)
+            with self.nsqd.batched_writes():
+                topic.put_messages(msgs)
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
         client.published(topic_name, len(msgs))

@@ -102,6 +102,12 @@ class Topic:
     def new_message(self, body: bytes) -> Message:
         return Message(self.guid.new_id(), body, self.nsqd.wall_ns())
 
+    def new_messages(self, bodies: list[bytes]) -> list[Message]:
+        """An MPUB's messages: consecutive IDs and one publish timestamp."""
+        timestamp = self.nsqd.wall_ns()
+        ids = self.guid.new_ids(len(bodies))
+        return [Message(msg_id, body, timestamp) for msg_id, body in zip(ids, bodies, strict=True)]
+
     def put_message(self, msg: Message) -> None:
         if self.exiting:
             raise TopicError("exiting")
@@ -138,7 +144,7 @@ class Topic:
                 return
             if self.ephemeral:
                 return  # Go's dummy backend: overflow is dropped
-        self.nsqd.write_to_backend(self.backend, msg, f"TOPIC({self.name})")
+        self.nsqd.write_to_backend(self.backend, msg, f"TOPIC({self.name})", self.memory_queue)
 
     def _fan_out(self, msg: Message) -> None:
         channels = self._channel_list
@@ -166,14 +172,23 @@ class Topic:
         if self.exiting or self.paused or not self._channel_list or not self.started:
             self._draining = False
             return
+        # lenient: messages a full disk refuses stay in the channel's memory, never lost
+        with self.nsqd.batched_writes(lenient=True):
+            more = self._drain_batch()
+        if more:
+            self.nsqd.loop.call_soon(self._drain_some)
+        else:
+            self._draining = False
+
+    def _drain_batch(self) -> bool:
+        """Fan out up to DRAIN_BATCH backlog messages; True if more remain."""
         for _ in range(DRAIN_BATCH):
             if self.memory_queue:
                 msg = self.memory_queue.popleft()
             else:
                 data = self.backend.get()
                 if data is None:
-                    self._draining = False
-                    return
+                    return False
                 try:
                     msg = message_from_bytes(data)
                 except ValueError as exc:
@@ -183,7 +198,7 @@ class Topic:
                     self.skip_ids.discard(msg.id)
                     continue
             self._fan_out(msg)
-        self.nsqd.loop.call_soon(self._drain_some)
+        return True
 
     # ------------------------------------------------------------------ state
 

@@ -199,15 +199,27 @@ def test_archive_survives_worker_crashes_between_staging_and_fin_and_a_restart(
     ]
 
 
-def test_without_crashes_between_staging_and_fin_there_are_no_duplicates(
+def test_raw_output_duplicates_only_redeliveries(
     spark: SparkSession, cluster: NSQCluster, tmp_path: Path
 ) -> None:
-    """Task failures after FIN and a restart replay staged rows: exactly once, no dedupe."""
+    """Without dedupe: task failures after FIN and restarts replay staged rows exactly, so
+    no message is written twice by a replay. A copy can only come from nsqd redelivering a
+    message whose task died between staging and FIN (here: a task killed by the mid-stream
+    stop in that window, which is rare), and then the copies differ in ``attempts``."""
     after_fin = fault("after_fin", tmp_path / "faults", every=3, mode="exit")
     after_fin_raise = fault("after_fin", tmp_path / "faults2", every=2, mode="raise")
     _, queries = drive(spark, cluster, tmp_path, after_fin, after_fin_raise, dedupe=False)
 
-    assert_every_message_archived_once(tmp_path / "out")
+    rows = parquet_rows(tmp_path / "out")
+    copies: dict[tuple[str, str], list[int]] = {}
+    for row in rows:
+        copies.setdefault((row["nsqd"], row["id"]), []).append(row["attempts"])
+    missing = {b"m%d" % i for i in range(TOTAL)} - {r["body"] for r in rows}
+    assert not missing, f"{len(missing)} messages lost, e.g. {sorted(missing)[:5]}"
+    assert len(copies) == TOTAL
+    replayed_twice = {k: a for k, a in copies.items() if len(a) != len(set(a))}
+    assert not replayed_twice, f"rows written twice by a replay: {list(replayed_twice)[:5]}"
+    assert len(rows) - TOTAL <= 200  # redeliveries, if any, are few
     assert list((tmp_path / "faults").glob("*.after_fin")), "no task failed after FIN"
     assert input_rows(*queries) >= TOTAL
 

@@ -62,8 +62,9 @@ class Publisher(threading.Thread):
             raise
 
 
-def fault(point: str, directory: Path, every: int, mode: str) -> str:
-    return json.dumps({"point": point, "dir": str(directory), "every": every, "mode": mode})
+def fault(point: str, directory: Path, mode: str, limit: int = 3) -> str:
+    """Fail the first ``limit`` tasks (once each) at ``point``."""
+    return json.dumps({"point": point, "dir": str(directory), "mode": mode, "max": limit})
 
 
 def source(cluster: NSQCluster, topic: str, faults: str) -> SourceConfig:
@@ -180,8 +181,8 @@ def drive(
 def test_archive_survives_worker_crashes_between_staging_and_fin_and_a_restart(
     spark: SparkSession, cluster: NSQCluster, tmp_path: Path
 ) -> None:
-    crashes = fault("after_stage", tmp_path / "faults", every=3, mode="exit")
-    after_fin = fault("after_fin", tmp_path / "faults", every=4, mode="raise")
+    crashes = fault("after_stage", tmp_path / "faults", mode="exit")
+    after_fin = fault("after_fin", tmp_path / "faults2", mode="raise")
     _, queries = drive(spark, cluster, tmp_path, crashes, after_fin, dedupe=True)
 
     rows = assert_every_message_archived_once(tmp_path / "out")
@@ -206,8 +207,8 @@ def test_raw_output_duplicates_only_redeliveries(
     no message is written twice by a replay. A copy can only come from nsqd redelivering a
     message whose task died between staging and FIN (here: a task killed by the mid-stream
     stop in that window, which is rare), and then the copies differ in ``attempts``."""
-    after_fin = fault("after_fin", tmp_path / "faults", every=3, mode="exit")
-    after_fin_raise = fault("after_fin", tmp_path / "faults2", every=2, mode="raise")
+    after_fin = fault("after_fin", tmp_path / "faults", mode="exit")
+    after_fin_raise = fault("after_fin", tmp_path / "faults2", mode="raise")
     _, queries = drive(spark, cluster, tmp_path, after_fin, after_fin_raise, dedupe=False)
 
     rows = parquet_rows(tmp_path / "out")

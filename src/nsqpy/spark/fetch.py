@@ -77,6 +77,8 @@ class Fault:
     directory: str
     every: int = 1
     mode: str = "raise"
+    #: fail at most this many tasks in all (0: no limit)
+    limit: int = 0
 
     @classmethod
     def parse(cls, spec: str | None) -> Fault | None:
@@ -88,6 +90,7 @@ class Fault:
             directory=str(data["dir"]),
             every=int(data.get("every", 1)),
             mode=str(data.get("mode", "raise")),
+            limit=int(data.get("max", 0)),
         )
 
     def trigger(self, point: str, key: str) -> None:
@@ -95,6 +98,8 @@ class Fault:
         if point != self.point or zlib.crc32(key.encode()) % self.every != 0:
             return
         os.makedirs(self.directory, exist_ok=True)
+        if self.limit and len(os.listdir(self.directory)) >= self.limit:
+            return
         try:
             fd = os.open(os.path.join(self.directory, f"{key}.{point}"), os.O_CREAT | os.O_EXCL)
         except FileExistsError:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiohttp import web, web_protocol
-from aiohttp.http import HttpVersion11
+from aiohttp.http import HttpVersion10, HttpVersion11
 
 from . import lg
 from .durations import format_duration
@@ -158,6 +158,22 @@ def allowed_methods(app: web.Application, path: str, exclude: str) -> str:
     return ", ".join([*sorted(methods), "OPTIONS"]) if methods else ""
 
 
+_GO_BAD_REQUEST = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\n\r\n400 Bad Request"
+)
+
+
+def _malformed_request(request: web.Request) -> web.StreamResponse:
+    """A request line without an HTTP version: aiohttp takes it for HTTP/0.9 and would answer
+    in kind; Go's net/http calls it malformed. Answer as Go does and close."""
+    transport = request.transport
+    if transport is not None and not transport.is_closing():
+        transport.write(_GO_BAD_REQUEST)
+        transport.close()
+    return web.Response(status=400)
+
+
 def _resource_matches(resource: web.AbstractResource, path: str) -> bool:
     info = resource.get_info()
     pattern = info.get("pattern")
@@ -172,6 +188,8 @@ def router_middleware(logger: lg.Logger, unlogged: frozenset[str] = frozenset())
 
     @web.middleware
     async def router(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.version < HttpVersion10:
+            return _malformed_request(request)
         start = time.perf_counter()
         if request.method == "OPTIONS":
             allow = allowed_methods(request.app, request.path, "OPTIONS")

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -106,6 +107,7 @@ def main() -> int:
         return run_spark(args, nsq, work, count)
     finally:
         nsq.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def run_spark(args: argparse.Namespace, nsq: LocalNSQ, work: Path, count: int) -> int:

@@ -64,6 +64,18 @@ def option(
     return dataclasses.field(default=default, metadata=meta)
 
 
+@dataclass
+class CommonOptions:
+    """The flags every daemon has (each adds its own ``log_prefix`` and the rest)."""
+
+    version: bool = option("version", False, BOOL, "print version string")
+    config: str = option("config", "", STR, "path to config file")
+    log_level: int = option(
+        "log-level", lg.INFO, LOG_LEVEL, "set log verbosity: debug, info, warn, error, or fatal"
+    )
+    verbose: bool = option("verbose", False, BOOL, "[deprecated] has no effect, use --log-level")
+
+
 @dataclass(frozen=True)
 class FlagSpec:
     flag: str

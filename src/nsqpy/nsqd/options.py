@@ -7,18 +7,17 @@ import socket
 import zlib
 from dataclasses import dataclass
 
-from ..internal import lg
 from ..internal.flags import (
     BOOL,
     DURATION,
     FLOAT_LIST,
     INT,
-    LOG_LEVEL,
     STR,
     STR_LIST,
     TLS_NOT_REQUIRED,
     TLS_REQUIRED,
     TLS_VERSION,
+    CommonOptions,
     option,
 )
 
@@ -34,14 +33,8 @@ HOSTNAME = socket.gethostname()
 
 
 @dataclass
-class Options:
-    version: bool = option("version", False, BOOL, "print version string")
-    config: str = option("config", "", STR, "path to config file")
-    log_level: int = option(
-        "log-level", lg.INFO, LOG_LEVEL, "set log verbosity: debug, info, warn, error, or fatal"
-    )
+class Options(CommonOptions):
     log_prefix: str = option("log-prefix", "[nsqd] ", STR, "log message prefix")
-    verbose: bool = option("verbose", False, BOOL, "[deprecated] has no effect, use --log-level")
     node_id: int = option(
         "node-id",
         DEFAULT_NODE_ID,

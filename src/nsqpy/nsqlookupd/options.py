@@ -9,21 +9,14 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from ..internal import lg
-from ..internal.flags import BOOL, DURATION, LOG_LEVEL, STR, option
+from ..internal.flags import DURATION, STR, CommonOptions, option
 
 HOSTNAME = socket.gethostname()
 
 
 @dataclass
-class Options:
-    version: bool = option("version", False, BOOL, "print version string")
-    config: str = option("config", "", STR, "path to config file")
-    log_level: int = option(
-        "log-level", lg.INFO, LOG_LEVEL, "set log verbosity: debug, info, warn, error, or fatal"
-    )
+class Options(CommonOptions):
     log_prefix: str = option("log-prefix", "[nsqlookupd] ", STR, "log message prefix")
-    verbose: bool = option("verbose", False, BOOL, "[deprecated] has no effect, use --log-level")
 
     tcp_address: str = option(
         "tcp-address", "0.0.0.0:4160", STR, "<addr>:<port> to listen on for TCP clients"

@@ -14,8 +14,8 @@ import pytest
 
 from nsqpy.client import Consumer, IdentifyError, Message
 from nsqpy.protocol.frames import FRAME_TYPE_RESPONSE, encode_frame
+from nsqpy.testing.certs import Certs
 
-from .conftest import Certs
 from .fake_nsqd import (
     IDENTIFY_DEFAULTS,
     FakeNsqd,

@@ -6,7 +6,6 @@ No Spark here: ``fetch_task`` is what each Spark task runs, called directly.
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from nsqpy.spark.options import SourceOptions, parse_source_options
 from nsqpy.spark.plan import ReadTask
 from nsqpy.spark.staging import Staging
 from nsqpy.testing import DaemonProcess, start_nsqd
+from nsqpy.testing.certs import make_certificates
 
 from .helpers import NSQCluster, channel, consume_all, post, publish, tcp, unique, wait_for
 
@@ -222,62 +222,10 @@ def test_a_task_larger_than_max_rdy_count_reads_over_several_connections(
 # ---------------------------------------------------------------------- TLS and AUTH
 
 
-def _openssl(cwd: Path, *args: str) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("certs")
-    _openssl(
-        d,
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=nsqpy spark test CA",
-    )
-    _openssl(
-        d,
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    )
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    _openssl(
-        d,
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    )
-    return d
+    certificates = make_certificates(tmp_path_factory.mktemp("certs"), "nsqpy spark test CA")
+    return certificates.ca.parent
 
 
 class _AuthHandler(BaseHTTPRequestHandler):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from nsqpy.client.sync import ConsumeTimeout
 from nsqpy.pipeline.cli import build_parser
 from nsqpy.pipeline.jobs import SourceConfig, Trigger, aggregate_query
 
@@ -49,9 +50,18 @@ def test_aggregate_counts_per_key_and_window_arrive_on_the_output_topic(
     )
     query.awaitTermination(120)
     assert query.exception() is None
+    batches = [
+        (p["batchId"], p["numInputRows"], p.get("eventTime", {}).get("watermark"))
+        for p in query.recentProgress
+    ]
+    assert sum(rows for _, rows, _ in batches) == 63, batches
 
     counts: Counter[str | None] = Counter()
-    results = [json.loads(b) for b in consume_all(cluster, output, "check", 1, timeout=10)]
+    try:
+        first = consume_all(cluster, output, "check", 1, timeout=10)
+    except ConsumeTimeout as exc:
+        raise AssertionError(f"no window published; batches {batches}") from exc
+    results = [json.loads(b) for b in first]
     # the first message may not carry every window: take all that arrived
     results += [json.loads(b) for b in _drain(cluster, output)]
     for result in results:

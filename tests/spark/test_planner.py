@@ -3,6 +3,9 @@ read limits, minimum batch size with a deadline, AvailableNow's target, commit, 
 
 from __future__ import annotations
 
+import json
+import socket
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from nsqpy.spark.plan import read_tasks
 from nsqpy.spark.source import FULL_SCHEMA, NSQPartition, NSQStreamReader
 from nsqpy.spark.staging import StagingError
 
-from .helpers import NSQCluster, make_topic, publish, tcp, unique
+from .helpers import NSQCluster, depth, make_topic, post, publish, tcp, unique, wait_for
 
 CHANNEL = "spark"
 
@@ -97,6 +100,66 @@ def test_available_now_stops_at_the_depth_seen_when_it_started(
     second = stream.latestOffset(first, ReadMaxRows(60))
     assert planned(second, topic) == {tcp(cluster.nsqds[0]): [1, 40]}
     assert stream.latestOffset(second, ReadMaxRows(60)) == second  # target reached: done
+
+
+def _hold_in_flight(nsqd: Any, topic: str, count: int, msg_timeout_ms: int) -> None:
+    """Take ``count`` messages of the channel in flight and drop them: they time out back."""
+    with socket.create_connection(nsqd.tcp_address, timeout=10) as sock:
+        identify = json.dumps({"msg_timeout": msg_timeout_ms}).encode()
+        sock.sendall(b"  V2IDENTIFY\n" + struct.pack(">I", len(identify)) + identify)
+        sock.sendall(f"SUB {topic} {CHANNEL}\nRDY {count}\n".encode())
+        reader = sock.makefile("rb")
+        frames = []
+        while len(frames) < count + 2:  # the IDENTIFY and SUB answers, then the messages
+            size, frame_type = struct.unpack(">II", reader.read(8))
+            reader.read(size - 4)
+            frames.append(frame_type)
+        assert frames[:2] == [0, 0] and frames[2:] == [2] * count
+
+
+def _drain_available_now(stream: NSQStreamReader, start: dict[str, Any]) -> list[int]:
+    """Run the batches Spark would run, reading each; the rows each batch staged."""
+    batches = []
+    for _ in range(10):
+        end = stream.latestOffset(start, ReadAllAvailable())
+        if end == start:
+            return batches
+        parts = [p for p in stream.partitions(start, end) if isinstance(p, NSQPartition)]
+        batches.append(sum(b.num_rows for p in parts for b in stream.read(p)))
+        start = end
+    raise AssertionError(f"AvailableNow did not stop: {batches}")
+
+
+def test_available_now_comes_back_for_what_a_batch_could_not_read(
+    cluster: NSQCluster, tmp_path: Path
+) -> None:
+    topic = unique("plan")
+    make_topic(cluster, topic, CHANNEL)
+    publish(cluster.nsqds[0], topic, [b"x"] * 100)
+    stream = reader(cluster, topic, tmp_path)
+    start = stream.initialOffset()
+    stream.prepareForTriggerAvailableNow()
+    first = stream.latestOffset(start, ReadAllAvailable())
+    assert planned(first, topic) == {tcp(cluster.nsqds[0]): [1, 100]}
+    # another consumer holds 40 while the batch reads: it stages 60; the 40 come back
+    _hold_in_flight(cluster.nsqds[0], topic, 40, msg_timeout_ms=1000)
+    parts = [p for p in stream.partitions(start, first) if isinstance(p, NSQPartition)]
+    assert sum(b.num_rows for p in parts for b in stream.read(p)) == 60
+    wait_for(lambda: depth(cluster, topic, CHANNEL) == 40, what="the held messages' timeout")
+    assert _drain_available_now(stream, first) == [40]
+
+
+def test_available_now_stops_when_nothing_can_be_read(cluster: NSQCluster, tmp_path: Path) -> None:
+    topic = unique("plan")
+    make_topic(cluster, topic, CHANNEL)
+    publish(cluster.nsqds[0], topic, [b"x"] * 10)
+    post(cluster.nsqds[0], "/channel/pause", topic=topic, channel=CHANNEL)
+    stream = reader(cluster, topic, tmp_path, waitMs="100")
+    start = stream.initialOffset()
+    stream.prepareForTriggerAvailableNow()
+    # a paused channel reports its depth but delivers nothing: a few empty tries, then done
+    assert _drain_available_now(stream, start) == [0, 0, 0]
+    assert depth(cluster, topic, CHANNEL) == 10
 
 
 def test_partitions_commit_and_data_loss(cluster: NSQCluster, tmp_path: Path) -> None:

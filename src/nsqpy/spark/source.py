@@ -59,6 +59,10 @@ __all__ = [
 
 log = logging.getLogger("nsqpy.spark")
 
+#: AvailableNow gives up on messages it was told of but could not read after this many empty
+#: batches in a row
+MAX_FRUITLESS_BATCHES = 2
+
 FULL_SCHEMA = StructType(
     [
         StructField("body", BinaryType(), nullable=False),
@@ -235,6 +239,9 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._staging_claimed = False
         self._last_advance: float | None = None
         self._target: dict[Any, int] | None = None
+        # AvailableNow: the last batch's tasks, until what they staged is checked
+        self._unchecked: list[ReadTask] = []
+        self._fruitless_batches = 0
 
     # ------------------------------------------------------------------ runner side
 
@@ -282,6 +289,8 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         now = time.monotonic()
         if self._last_advance is None:
             self._last_advance = now
+        if self._target is not None:
+            self._restore_short_reads(self._target)
         available = self.view.available(self.view.refresh_stats())
         if self._target is not None:
             available = {k: min(n, self._target.get(k, 0)) for k, n in available.items()}
@@ -307,11 +316,38 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # wait for more, up to maxTriggerDelay since the last batch
 
         shares = allocate(available, budget)
+        end = make_offset(offset_tick(start) + 1, _build_plan(shares, options))
         if self._target is not None:
             for key, taken in shares.items():
                 self._target[key] = max(0, self._target.get(key, 0) - taken)
+            self._unchecked = plan_read_tasks(start, end)
         self._last_advance = now
-        return make_offset(offset_tick(start) + 1, _build_plan(shares, options))
+        return end
+
+    def _restore_short_reads(self, target: dict[Any, int]) -> None:
+        """AvailableNow: give back to ``target`` what the last batch planned but did not read.
+
+        A task stops at waitMs or an idle gap, so it can stage fewer messages than planned (a
+        loaded machine, messages briefly in flight to another consumer); those are still owed
+        by this run. Spark plans the next batch only after the last one ran, so its tasks'
+        staged files are there to count. A batch that read nothing at all ends the giving back
+        after a few tries: the channel may be paused, or others took the messages.
+        """
+        tasks, self._unchecked = self._unchecked, []
+        staging = self._claim_staging()
+        counted = [(task, staging.row_count(task.key)) for task in tasks]
+        ran = [(task, rows) for task, rows in counted if rows is not None]
+        if not ran:
+            return  # the batch never ran (or was already committed): nothing to learn
+        read = sum(rows for _, rows in ran)
+        self._fruitless_batches = 0 if read else self._fruitless_batches + 1
+        if self._fruitless_batches > MAX_FRUITLESS_BATCHES:
+            log.warning("AvailableNow: %d batches read nothing: stopping", self._fruitless_batches)
+            return
+        for task, rows in ran:
+            if rows < task.messages:
+                key = (task.topic, task.nsqd)
+                target[key] = target.get(key, 0) + task.messages - rows
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         if self._view is None or not self._view.stats:

@@ -139,6 +139,15 @@ class Staging:
             raise StagingError(f"staged file {str(path)!r} is unreadable: {exc}") from exc
         return table
 
+    def row_count(self, key: str) -> int | None:
+        """How many rows ``key`` staged (read from the file's footer), or None if absent."""
+        try:
+            with pa.memory_map(str(self.file(key))) as source:
+                reader = pa.ipc.open_file(source)
+                return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+        except (FileNotFoundError, pa.ArrowInvalid, OSError):
+            return None
+
     def discard(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.file(key).unlink()

@@ -7,6 +7,7 @@ the damage is exactly the one each test names.
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 from collections.abc import Iterator, Sequence
@@ -294,18 +295,32 @@ def test_unparsable_queue_metadata_is_logged_and_the_data_salvaged(
 # ------------------------------------------------------------------------------ nsqd.dat
 
 
-def test_queue_files_missing_from_nsqd_dat_are_found_when_the_topic_returns(
+def test_queue_files_missing_from_nsqd_dat_are_restored_at_start_up(
     tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:
-    """nsqd.dat behind the data (a crash before the topic's metadata write): the topic is not
-    recreated at start-up, but its queues are picked up as soon as it is used again."""
-    (tmp_path / "nsqd.dat").write_bytes(nsqd_dat([]))
+    """nsqd.dat behind the data (a crash before the topic's metadata write). Go recreates the
+    topic only when it is used again, so consumers cannot find it meanwhile; we restore every
+    topic and channel that has queue files, and keep what nsqd.dat says of the listed ones."""
+    (tmp_path / "nsqd.dat").write_bytes(nsqd_dat([("listed", True, [])]))
     write_queue(tmp_path, "t", [payloads(range(3))])
     write_queue(tmp_path, "t:c", [payloads(range(3, 5))])
+    write_queue(tmp_path, "listed:lost", [payloads([9])])
+    (tmp_path / "other.diskqueue.000000.dat.bad").write_bytes(b"junk")  # renamed, not a queue
 
     nsqd = launch(daemons, tmp_path)
-    assert stats(nsqd)["topics"] == []
-    assert_serves(nsqd, range(5))
+    assert sorted(t["topic_name"] for t in stats(nsqd)["topics"]) == ["listed", "t"]
+    assert (topic_stats(nsqd, "listed") or {})["paused"] is True
+    assert (channel_stats(nsqd, "listed", "lost") or {})["depth"] == 1
+    log = log_since(nsqd, 0)
+    assert "TOPIC(t): found on disk but not in nsqd.dat, restored" in log
+    assert "TOPIC(t): CHANNEL(c): found on disk but not in nsqd.dat, restored" in log
+    assert "TOPIC(listed): CHANNEL(lost): found on disk but not in nsqd.dat, restored" in log
+    metadata = json.loads((tmp_path / "nsqd.dat").read_bytes())
+    assert [(t["name"], [c["name"] for c in t["channels"]]) for t in metadata["topics"]] == [
+        ("listed", ["lost"]),
+        ("t", ["c"]),
+    ]
+    assert_serves(nsqd, range(5))  # the topic's 3 went on to its channel, which held 2
     assert_accepts_new_messages(nsqd)
 
 

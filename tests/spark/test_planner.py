@@ -109,7 +109,7 @@ def _hold_in_flight(nsqd: Any, topic: str, count: int, msg_timeout_ms: int) -> N
         sock.sendall(b"  V2IDENTIFY\n" + struct.pack(">I", len(identify)) + identify)
         sock.sendall(f"SUB {topic} {CHANNEL}\nRDY {count}\n".encode())
         reader = sock.makefile("rb")
-        frames = []
+        frames: list[int] = []
         while len(frames) < count + 2:  # the IDENTIFY and SUB answers, then the messages
             size, frame_type = struct.unpack(">II", reader.read(8))
             reader.read(size - 4)
@@ -119,7 +119,7 @@ def _hold_in_flight(nsqd: Any, topic: str, count: int, msg_timeout_ms: int) -> N
 
 def _drain_available_now(stream: NSQStreamReader, start: dict[str, Any]) -> list[int]:
     """Run the batches Spark would run, reading each; the rows each batch staged."""
-    batches = []
+    batches: list[int] = []
     for _ in range(10):
         end = stream.latestOffset(start, ReadAllAvailable())
         if end == start:

@@ -432,8 +432,31 @@ class NSQD:
                     channel = topic.get_channel(meta.name)
                     if meta.paused:
                         channel.pause()
+            self._restore_unlisted_queues()
         finally:
             self._loading = False
+
+    def _restore_unlisted_queues(self) -> None:
+        """Bring back topics and channels whose disk queue exists but ``nsqd.dat`` misses.
+
+        ``nsqd.dat`` is written a moment after a topic is created, so a crash in between leaves
+        acknowledged messages in a queue that Go nsqd would never open again. Deleting a topic
+        or channel removes its queue files first, so a queue on disk is one that still exists.
+        """
+        for topic_name, channel_name in metadata.queues_on_disk(self.data_path):
+            names = [topic_name] if channel_name is None else [topic_name, channel_name]
+            if not all(is_valid_name(name) for name in names):
+                continue
+            topic = self.topics.get(topic_name)
+            if topic is not None and (channel_name is None or channel_name in topic.channels):
+                continue
+            what = f"TOPIC({topic_name})"
+            if channel_name is not None:
+                what += f": CHANNEL({channel_name})"
+            self.logger.warn(f"{what}: found on disk but not in {metadata.METADATA_FILE}, restored")
+            topic = self.get_topic(topic_name)
+            if channel_name is not None:
+                topic.get_channel(channel_name)
 
     def persist_metadata(self) -> None:
         """Schedule one write of ``nsqd.dat`` for this event-loop turn (off the loop)."""

@@ -129,7 +129,6 @@ class Consumer:
         self.close_timeout = close_timeout
         self.rng = rng if rng is not None else random.Random()
         self.clock = clock
-        self._async_handler = inspect.iscoroutinefunction(handler)
         self._backoff_strategy = (
             backoff_strategy
             if backoff_strategy is not None
@@ -383,23 +382,15 @@ class Consumer:
         if 0 < self.max_attempts < message.attempts:
             self._give_up(message)
             return
-        if self._async_handler:
-            self._spawn(self._run_async(message))
-            return
         try:
-            result = self.handler(message)
+            result = self.handler(message)  # an async handler returns its coroutine here
         except Exception:
-            log.exception("handler raised for message %s", message.id.decode())
-            if message.auto_response:
-                message.requeue()
+            self._handler_raised(message)
             return
         if inspect.isawaitable(result):
             self._spawn(self._await_result(message, result))
-        elif message.auto_response and not message.responded:
-            if result is False:
-                message.requeue()
-            else:
-                message.finish()
+        else:
+            self._auto_respond(message, result)
 
     def on_message_finished(self, conn: Connection, message: Message) -> None:
         self._finished += 1
@@ -468,30 +459,24 @@ class Consumer:
         self._handler_tasks.add(task)
         task.add_done_callback(self._handler_tasks.discard)
 
-    async def _run_async(self, message: Message) -> None:
-        try:
-            result = await self.handler(message)
-        except Exception:
-            log.exception("handler raised for message %s", message.id.decode())
-            if message.auto_response:
-                message.requeue()
-            return
-        if message.auto_response and not message.responded:
-            if result is False:
-                message.requeue()
-            else:
-                message.finish()
-
     async def _await_result(self, message: Message, result: Awaitable[Any]) -> None:
         try:
             value = await result
         except Exception:
-            log.exception("handler raised for message %s", message.id.decode())
-            if message.auto_response:
-                message.requeue()
+            self._handler_raised(message)
             return
+        self._auto_respond(message, value)
+
+    def _handler_raised(self, message: Message) -> None:
+        log.exception("handler raised for message %s", message.id.decode())
+        if message.auto_response:
+            message.requeue()
+
+    @staticmethod
+    def _auto_respond(message: Message, result: object) -> None:
+        """The handler returned: FIN, or REQ if it said False (unless it responded itself)."""
         if message.auto_response and not message.responded:
-            if value is False:
+            if result is False:
                 message.requeue()
             else:
                 message.finish()

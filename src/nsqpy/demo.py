@@ -298,8 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 query.stop()
         if spark is not None:
+            from .pipeline.session import stop_session
+
             with contextlib.suppress(Exception):
-                spark.stop()
+                stop_session(spark)
         printer.stop()
         nsq.stop()
         print(progress(started, producer, archive, nsq, printer).split(" depth")[0], flush=True)

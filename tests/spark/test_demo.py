@@ -93,5 +93,6 @@ def test_demo_shows_aggregates_within_a_minute_and_stops_cleanly_on_ctrl_c(
     published, archived = _number("published", final), _number("archived", final)
     assert published > 0 and 0 < archived <= published
     assert "stopping" in output
+    assert "Traceback" not in output, output
     assert not _processes_mentioning(str(work)), "daemons left running"
     assert list((work / "archive").rglob("*.parquet"))

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.sql.streaming import StreamingQuery
 
     from .jobs import SourceConfig, Trigger, aggregate_query, archive_query
-    from .session import pipeline_session
+    from .session import pipeline_session, stop_session
 
     lookupd, nsqd = _addresses(args.lookupd), _addresses(args.nsqd)
     if not lookupd and not nsqd:
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for query in queries:
             query.stop()
-        spark.stop()
+        stop_session(spark)
     return 1 if failed else 0
 
 

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from ..spark import register
 
-__all__ = ["pipeline_session"]
+__all__ = ["pipeline_session", "stop_session"]
 
 
 def pipeline_session(
@@ -45,3 +45,21 @@ def pipeline_session(
     spark.sparkContext.setLogLevel(log_level)
     register(spark)
     return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """``spark.stop()``, without PySpark's traceback when the JVM hangs up first.
+
+    ``SparkContext.stop`` stops the JVM before the driver's accumulator server, so a JVM that
+    had an accumulator connection open closes it under the server's reader, which then prints
+    an EOFError traceback (seen after Ctrl-C in ``make run``). During a stop that hang-up is
+    expected: the server's error report is silenced for it.
+    """
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = _ignore_request_error
+    spark.stop()
+
+
+def _ignore_request_error(request: object, client_address: object) -> None:
+    pass

@@ -17,7 +17,8 @@ import pytest
 
 from nsqpy.testing import start_nsqd
 
-from .conftest import connect, http_request, unique
+from ..raw_v2 import http_request, unique
+from .conftest import connect
 
 NSQD = [sys.executable, "-m", "nsqpy.nsqd"]
 LOG_LINE = re.compile(

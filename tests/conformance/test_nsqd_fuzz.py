@@ -22,17 +22,8 @@ from hypothesis import strategies as st
 
 from nsqpy.testing import DaemonProcess
 
-from .conftest import (
-    BE32,
-    MAGIC,
-    DaemonPool,
-    connect,
-    frame,
-    identify_cmd,
-    mpub_inner,
-    pub_cmd,
-    unique,
-)
+from ..raw_v2 import BE32, MAGIC, frame, identify_cmd, mpub_inner, pub_cmd, unique
+from .conftest import DaemonPool, connect
 
 ERROR_TEXT = re.compile(rb"^E_[A-Z_]+ ")
 FUZZ_SETTINGS = settings(

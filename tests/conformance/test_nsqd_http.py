@@ -16,23 +16,18 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from .conftest import (
+from ..raw_v2 import (
     BE32,
-    DaemonPool,
     HttpResponse,
     channel_stats,
-    connect,
-    create_channel,
-    create_topic,
     http_ok,
-    http_pub,
     http_request,
     q,
     stats,
     topic_stats,
     unique,
-    wait_channel,
 )
+from .conftest import DaemonPool, connect, create_channel, create_topic, http_pub, wait_channel
 
 V1_HEADER = "nsq; version=1.0"
 JSON_TYPE = "application/json; charset=utf-8"

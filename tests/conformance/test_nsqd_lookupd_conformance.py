@@ -20,20 +20,17 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd, start_nsqlookupd
 
-from .conftest import (
+from ..raw_v2 import (
     HttpResponse,
     channel_stats,
-    connect,
-    create_channel,
-    create_topic,
     http_ok,
-    http_pub,
     http_request,
     q,
     topic_stats,
     unique,
     wait_for,
 )
+from .conftest import connect, create_channel, create_topic, http_pub
 
 V1_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
 GO_ZERO_TIME_NS = -6795364578871345152

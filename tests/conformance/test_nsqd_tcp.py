@@ -15,24 +15,17 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from .conftest import (
+from ..raw_v2 import (
     BE32,
     CLOSE_WAIT_FRAME,
-    DEFAULT_IDENTIFY_JSON,
     HEARTBEAT_FRAME,
-    IDENTIFY_KEYS,
-    MASTER_TOPOLOGY_SUFFIX,
     OK_FRAME,
     ConnectionClosed,
-    DaemonPool,
     NsqConn,
     channel_stats,
-    connect,
-    create_channel,
     dpub_cmd,
     frame,
     http_ok,
-    http_pub,
     identify_cmd,
     mpub_cmd,
     mpub_inner,
@@ -40,6 +33,15 @@ from .conftest import (
     stats,
     topic_stats,
     unique,
+)
+from .conftest import (
+    DEFAULT_IDENTIFY_JSON,
+    IDENTIFY_KEYS,
+    MASTER_TOPOLOGY_SUFFIX,
+    DaemonPool,
+    connect,
+    create_channel,
+    http_pub,
     wait_channel,
 )
 

@@ -5,29 +5,30 @@ Three parts, none of which uses nsqpy's own codec or disk queue, so a bug there 
 * the on-disk format written from its description (go-nsq-behaviour.md §6): data files, the
   per-queue metadata file and ``nsqd.dat``, to build data directories byte by byte and to parse
   what nsqd wrote;
-* a raw TCP V2 client speaking bytes to a real nsqd process;
-* HTTP helpers for ``/stats``, ``/ping`` and the admin endpoints.
+* helpers that publish and consume through the suite's raw V2 client (``tests/raw_v2.py``),
+  which does not use nsqpy's codec either;
+* helpers to run nsqd processes that are expected to fail, or whose files cannot grow.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import resource
 import select
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nsqpy.testing import DaemonProcess
+
+from ..raw_v2 import Message, NsqConn, decode_message
 
 # ------------------------------------------------------------------------------ disk format
 
@@ -38,24 +39,10 @@ _LENGTH = struct.Struct(">I")
 _META = re.compile(rb"(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n")
 
 
-@dataclass(frozen=True)
-class Msg:
-    timestamp: int
-    attempts: int
-    id: bytes
-    body: bytes
-
-
-def encode_message(msg: Msg) -> bytes:
+def encode_message(msg: Message) -> bytes:
     """The record payload: ``BE64(timestamp_ns) BE16(attempts) 16-byte ID body``."""
     assert len(msg.id) == 16
     return _MSG_HEADER.pack(msg.timestamp, msg.attempts) + msg.id + msg.body
-
-
-def decode_message(data: bytes) -> Msg:
-    assert len(data) >= MESSAGE_HEADER, data
-    timestamp, attempts = _MSG_HEADER.unpack_from(data)
-    return Msg(timestamp, attempts, data[10:26], data[26:])
 
 
 def frame_record(payload: bytes) -> bytes:
@@ -162,164 +149,21 @@ def make_id(number: int) -> bytes:
     return b"%016x" % number
 
 
-# ------------------------------------------------------------------------------ TCP client
-
-MAGIC = b"  V2"
-OK_FRAME = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
-HEARTBEAT = b"_heartbeat_"
-_FRAME_HEADER = struct.Struct(">ii")
+# ------------------------------------------------------------------------------ TCP
 
 
-class ConnectionClosed(AssertionError):
-    pass
-
-
-def pub_cmd(topic: str, body: bytes) -> bytes:
-    return f"PUB {topic}\n".encode() + _LENGTH.pack(len(body)) + body
-
-
-def dpub_cmd(topic: str, defer_ms: int, body: bytes) -> bytes:
-    return f"DPUB {topic} {defer_ms}\n".encode() + _LENGTH.pack(len(body)) + body
-
-
-def mpub_cmd(topic: str, bodies: Sequence[bytes]) -> bytes:
-    inner = _LENGTH.pack(len(bodies)) + b"".join(_LENGTH.pack(len(b)) + b for b in bodies)
-    return f"MPUB {topic}\n".encode() + _LENGTH.pack(len(inner)) + inner
-
-
-class NsqConn:
-    """A raw protocol V2 connection; reads are bounded by timeouts, heartbeats are answered."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.sock = socket.create_connection(address, timeout=5.0)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._buf = bytearray()
-        self.sock.sendall(MAGIC)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def _frame_in_buffer(self) -> tuple[int, bytes] | None:
-        while len(self._buf) >= 8:
-            size, frame_type = _FRAME_HEADER.unpack_from(self._buf)
-            if len(self._buf) < 4 + size:
-                return None
-            data = bytes(self._buf[8 : 4 + size])
-            del self._buf[: 4 + size]
-            if frame_type == 0 and data == HEARTBEAT:
-                self.send(b"NOP\n")
-                continue
-            return frame_type, data
-        return None
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def receive_some(self) -> None:
-        """One recv into the buffer (the socket is known to be readable)."""
-        self.sock.settimeout(5.0)
-        try:
-            chunk = self.sock.recv(1 << 20)
-        except ConnectionResetError:
-            chunk = b""
-        if not chunk:
-            raise ConnectionClosed(f"connection closed; unread {bytes(self._buf)[:200]!r}")
-        self._buf += chunk
-
-    def read_frame(self, timeout: float = 5.0) -> tuple[int, bytes]:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = self._frame_in_buffer()
-            if found is not None:
-                return found
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no frame in {timeout}s; unread {bytes(self._buf)[:200]!r}")
-            readable, _, _ = select.select([self.sock], [], [], remaining)
-            if readable:
-                self.receive_some()
-
-    def poll_frame(self) -> tuple[int, bytes] | None:
-        """A frame if one is complete in the buffer, else None (no blocking)."""
-        return self._frame_in_buffer()
-
-    def expect_ok(self) -> None:
-        assert self.read_frame() == (0, b"OK")
-
-    def expect_error(self, text: str) -> None:
-        """A fatal error frame, then the server closes the connection."""
-        assert self.read_frame() == (1, text.encode())
-        self.expect_closed()
-
-    def expect_closed(self, timeout: float = 3.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = self._frame_in_buffer()
-            assert found is None, f"unexpected frame before close: {found!r}"
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, "the server did not close the connection"
-            readable, _, _ = select.select([self.sock], [], [], remaining)
-            if readable:
-                try:
-                    self.receive_some()
-                except ConnectionClosed:
-                    return
-
-    def read_message(self, timeout: float = 5.0) -> Msg:
-        frame_type, data = self.read_frame(timeout)
-        assert frame_type == 2, (frame_type, data)
-        return decode_message(data)
-
-    def expect_no_message(self, duration: float) -> None:
-        try:
-            frame = self.read_frame(duration)
-        except TimeoutError:
-            return
-        raise AssertionError(f"unexpected frame: {frame!r}")
-
-    # commands
-
-    def publish(self, topic: str, body: bytes) -> None:
-        self.send(pub_cmd(topic, body))
-        self.expect_ok()
-
-    def mpublish(self, topic: str, bodies: Sequence[bytes]) -> None:
-        self.send(mpub_cmd(topic, bodies))
-        self.expect_ok()
-
-    def dpublish(self, topic: str, defer_ms: int, body: bytes) -> None:
-        self.send(dpub_cmd(topic, defer_ms, body))
-        self.expect_ok()
-
-    def subscribe(self, topic: str, channel: str) -> None:
-        self.send(f"SUB {topic} {channel}\n".encode())
-        self.expect_ok()
-
-    def rdy(self, count: int) -> None:
-        self.send(f"RDY {count}\n".encode())
-
-    def fin(self, msg_id: bytes) -> None:
-        self.send(b"FIN " + msg_id + b"\n")
-
-    def req(self, msg_id: bytes, delay_ms: int) -> None:
-        self.send(b"REQ " + msg_id + b" %d\n" % delay_ms)
-
-
-def consume(conn: NsqConn, count: int, timeout: float = 10.0) -> list[Msg]:
+def consume(conn: NsqConn, count: int, timeout: float = 10.0) -> list[Message]:
     """Receive exactly ``count`` messages on a subscribed connection and FIN them.
 
     Works in rounds of at most 2500 (max RDY): RDY n, read n, RDY 0, FIN n; with RDY 0 before
     the FINs nothing beyond ``count`` is delivered.
     """
     deadline = time.monotonic() + timeout
-    received: list[Msg] = []
+    received: list[Message] = []
     while len(received) < count:
         batch = min(count - len(received), 2500)
         conn.rdy(batch)
-        got = [conn.read_message(max(deadline - time.monotonic(), 0.01)) for _ in range(batch)]
+        got = [conn.expect_message(max(deadline - time.monotonic(), 0.01)) for _ in range(batch)]
         conn.rdy(0)
         for msg in got:
             conn.fin(msg.id)
@@ -327,13 +171,15 @@ def consume(conn: NsqConn, count: int, timeout: float = 10.0) -> list[Msg]:
     return received
 
 
-def gather(conns: Sequence[NsqConn], count: int, timeout: float) -> list[tuple[int, Msg, float]]:
+def gather(
+    conns: Sequence[NsqConn], count: int, timeout: float
+) -> list[tuple[int, Message, float]]:
     """Read ``count`` messages from several connections as they arrive (FINed at once).
 
     Returns (connection index, message, monotonic arrival time) in arrival order.
     """
     deadline = time.monotonic() + timeout
-    arrived: list[tuple[int, Msg, float]] = []
+    arrived: list[tuple[int, Message, float]] = []
     while len(arrived) < count:
         for index, conn in enumerate(conns):
             found = conn.poll_frame()
@@ -356,13 +202,13 @@ def gather(conns: Sequence[NsqConn], count: int, timeout: float) -> list[tuple[i
 
 def subscriber(nsqd: DaemonProcess, topic: str, channel: str) -> NsqConn:
     conn = NsqConn(nsqd.tcp_address)
-    conn.subscribe(topic, channel)
+    conn.sub(topic, channel)
     return conn
 
 
 def consume_from(
     nsqd: DaemonProcess, topic: str, channel: str, count: int, timeout: float = 10.0
-) -> list[Msg]:
+) -> list[Message]:
     """Subscribe, take exactly ``count`` messages (FINed), disconnect."""
     conn = subscriber(nsqd, topic, channel)
     try:
@@ -375,59 +221,9 @@ def publish_many(nsqd: DaemonProcess, topic: str, bodies: Iterable[bytes]) -> No
     conn = NsqConn(nsqd.tcp_address)
     try:
         for body in bodies:
-            conn.publish(topic, body)
+            conn.pub(topic, body)
     finally:
         conn.close()
-
-
-# ------------------------------------------------------------------------------ HTTP
-
-
-def http_request(
-    nsqd: DaemonProcess, method: str, path: str, body: bytes | None = None
-) -> tuple[int, bytes]:
-    host, port = nsqd.http_address
-    conn = http.client.HTTPConnection(host, port, timeout=10)
-    try:
-        conn.request(method, path, body=body)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
-
-
-def http_post(nsqd: DaemonProcess, path: str, body: bytes | None = None) -> None:
-    status, data = http_request(nsqd, "POST", path, body)
-    assert status == 200, (path, status, data)
-
-
-def stats(nsqd: DaemonProcess) -> dict[str, Any]:
-    status, data = http_request(nsqd, "GET", "/stats?format=json")
-    assert status == 200, data
-    result: dict[str, Any] = json.loads(data)
-    return result
-
-
-def topic_stats(nsqd: DaemonProcess, topic: str) -> dict[str, Any] | None:
-    for entry in stats(nsqd)["topics"] or []:
-        if entry["topic_name"] == topic:
-            return dict(entry)
-    return None
-
-
-def channel_stats(nsqd: DaemonProcess, topic: str, channel: str) -> dict[str, Any] | None:
-    entry = topic_stats(nsqd, topic)
-    for chan in (entry or {}).get("channels") or []:
-        if chan["channel_name"] == channel:
-            return dict(chan)
-    return None
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
-        time.sleep(0.02)
 
 
 # ------------------------------------------------------------------------------ processes

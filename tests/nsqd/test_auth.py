@@ -13,24 +13,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nsqd_transport_support import (
+
+from nsqpy.testing import DaemonProcess, start_nsqd
+
+from ..raw_v2 import (
     BE32,
-    AuthServer,
-    Certs,
-    LayeredConn,
+    NsqConn,
     auth_cmd,
-    client_round_trip,
-    client_stats,
     command,
     http_request,
-    make_certs,
     mpub_cmd,
     pub_cmd,
     stats,
     wait_until,
 )
-
-from nsqpy.testing import DaemonProcess, start_nsqd
+from .nsqd_transport_support import AuthServer, Certs, client_round_trip, client_stats, make_certs
 
 SECRET = b"testsecret"
 ACCEPT = "application/vnd.nsq; version=1.0"
@@ -102,8 +99,8 @@ def nsqd(daemons: Daemons, authd: AuthServer) -> DaemonProcess:
     return daemons.get(f"--auth-http-address={authd.address}")
 
 
-def authed_conn(nsqd: DaemonProcess, secret: bytes = SECRET) -> LayeredConn:
-    conn = LayeredConn(nsqd.tcp_address)
+def authed_conn(nsqd: DaemonProcess, secret: bytes = SECRET) -> NsqConn:
+    conn = NsqConn(nsqd.tcp_address)
     conn.send(auth_cmd(secret))
     json.loads(conn.expect_response())
     return conn
@@ -119,8 +116,8 @@ def test_grant_answers_go_json_and_asks_the_exact_query(
     auth.grant(
         [{"topic": "test", "channels": [".*"], "permissions": ["subscribe", "publish"]}], ttl=10
     )
-    with LayeredConn(nsqd.tcp_address) as conn:
-        assert conn.identify()["auth_required"] is True
+    with NsqConn(nsqd.tcp_address) as conn:
+        assert conn.identify_json()["auth_required"] is True
         conn.send(auth_cmd(SECRET))
         assert conn.expect_response() == b'{"identity":"","identity_url":"","permission_count":1}'
         conn.sub("test", "ch")
@@ -132,7 +129,7 @@ def test_grant_answers_go_json_and_asks_the_exact_query(
 def test_no_authorizations_is_unauthorized(nsqd: DaemonProcess, auth: AuthServer) -> None:
     """§9.2 48."""
     auth.answer = lambda q: (200, {"ttl": 1, "authorizations": []})
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(auth_cmd(SECRET))
         conn.expect_error("E_UNAUTHORIZED AUTH no authorizations found")
     assert [q.path_qs for q in auth.queries] == [GO_QUERY]
@@ -141,7 +138,7 @@ def test_no_authorizations_is_unauthorized(nsqd: DaemonProcess, auth: AuthServer
 def test_identity_in_the_response_and_in_stats(nsqd: DaemonProcess, auth: AuthServer) -> None:
     auth.grant(EVERYTHING * 2, identity="alice", identity_url="https://example.invalid/u/alice")
     topic = unique("identity")
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(auth_cmd(SECRET))
         assert json.loads(conn.expect_response()) == {
             "identity": "alice",
@@ -160,7 +157,7 @@ def test_identity_in_the_response_and_in_stats(nsqd: DaemonProcess, auth: AuthSe
 def test_stats_omit_auth_keys_without_auth(daemons: Daemons) -> None:
     nsqd = daemons.get()
     topic = unique("no_auth")
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.sub(topic, "ch")
         [client] = client_stats(nsqd, topic, "ch")
         assert not {"authed", "auth_identity", "auth_identity_url"} & set(client)
@@ -226,7 +223,7 @@ def test_patterns_search_unanchored_and_subscribe_needs_its_permission(
 )
 def test_auth_first(nsqd: DaemonProcess, auth: AuthServer, cmd: bytes, name: str) -> None:
     """§9.2 50: SUB/PUB/MPUB/DPUB before AUTH."""
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(command("NOP"))  # NOP (like RDY/FIN/REQ/TOUCH/CLS) does not check auth
         conn.send(cmd)
         conn.expect_error(f"E_AUTH_FIRST AUTH required before {name}")
@@ -235,8 +232,8 @@ def test_auth_first(nsqd: DaemonProcess, auth: AuthServer, cmd: bytes, name: str
 
 def test_auth_disabled(daemons: Daemons) -> None:
     nsqd = daemons.get()
-    with LayeredConn(nsqd.tcp_address) as conn:
-        assert conn.identify()["auth_required"] is False
+    with NsqConn(nsqd.tcp_address) as conn:
+        assert conn.identify_json()["auth_required"] is False
         conn.send(auth_cmd(SECRET))
         conn.expect_error("E_AUTH_DISABLED AUTH disabled")
 
@@ -265,14 +262,14 @@ def test_auth_already_set(nsqd: DaemonProcess, auth: AuthServer) -> None:
     ids=["params", "empty", "negative", "too-big"],
 )
 def test_auth_command_errors(nsqd: DaemonProcess, auth: AuthServer, raw: bytes, error: str) -> None:
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(raw)
         conn.expect_error(error)
     assert auth.queries == []
 
 
 def test_auth_cut_short_by_eof(nsqd: DaemonProcess, auth: AuthServer) -> None:
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(b"AUTH\n" + BE32.pack(10) + b"test")
         conn.sock.shutdown(socket.SHUT_WR)
         conn.expect_error("E_BAD_BODY AUTH failed to read body")
@@ -316,7 +313,7 @@ def test_bad_auth_answers_fail_auth(
 ) -> None:
     """Any failure or invalid answer is ``E_AUTH_FAILED AUTH failed`` (details only logged)."""
     auth.answer = lambda q: answer
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(auth_cmd(SECRET))
         conn.expect_error("E_AUTH_FAILED AUTH failed")
     assert len(auth.queries) == 1
@@ -324,7 +321,7 @@ def test_bad_auth_answers_fail_auth(
 
 def test_auth_server_down(daemons: Daemons) -> None:
     nsqd = daemons.get(f"--auth-http-address=127.0.0.1:{free_port()}")
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(auth_cmd(SECRET))
         conn.expect_error("E_AUTH_FAILED AUTH failed")
     assert "AUTH failed failed to auth against 127.0.0.1:" in nsqd.log
@@ -334,7 +331,7 @@ def test_auth_server_too_slow(daemons: Daemons, auth: AuthServer) -> None:
     nsqd = daemons.get(f"--auth-http-address={auth.address}", "--http-client-request-timeout=200ms")
     auth.delay = 2.0
     started = time.monotonic()
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(auth_cmd(SECRET))
         conn.expect_error("E_AUTH_FAILED AUTH failed")
     assert time.monotonic() - started < 1.5
@@ -385,7 +382,7 @@ def test_403_with_https_port_retries_over_https(
         secure.grant(EVERYTHING, identity="via-https")
         auth.answer = lambda q: (403, {"message": "TLS_REQUIRED", "https_port": secure.port})
         nsqd = daemons.get(f"--auth-http-address={auth.address}", f"--tls-root-ca-file={certs.ca}")
-        with LayeredConn(nsqd.tcp_address) as conn:
+        with NsqConn(nsqd.tcp_address) as conn:
             conn.send(auth_cmd(SECRET))
             assert json.loads(conn.expect_response())["identity"] == "via-https"
         assert [q.path_qs for q in auth.queries] == [GO_QUERY]
@@ -447,6 +444,7 @@ def test_a_subscription_is_not_rechecked(nsqd: DaemonProcess, auth: AuthServer) 
         consumer.send(command("NOP"))
         [client] = wait_until(
             lambda: [c for c in client_stats(nsqd, topic, "ch") if c["finish_count"] == 2],
+            timeout=3.0,
             what="both FINs",
         )
         assert client["authed"] is True
@@ -480,7 +478,7 @@ def test_tls_query_carries_the_client_certificate_name(
         "--tls-client-auth-policy=require",
         https=True,
     )
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         response = conn.negotiate(certs.client_context("signed"), tls_v1=True)
         assert response["auth_required"] is True
         conn.send(auth_cmd(SECRET))
@@ -497,7 +495,7 @@ def test_commands_pipelined_after_auth_run_in_order_after_the_answer(
 ) -> None:
     auth.delay = 0.3
     topic = unique("pipelined")
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(
             auth_cmd(SECRET)
             + pub_cmd(topic, b"one")
@@ -520,7 +518,7 @@ def test_commands_pipelined_after_a_refused_auth_never_run(
     auth.delay = 0.2
     auth.answer = lambda q: (200, {"ttl": 5, "authorizations": []})
     topic = unique("never")
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(auth_cmd(SECRET) + pub_cmd(topic, b"m") + command(f"SUB {topic} ch"))
         conn.expect_error("E_UNAUTHORIZED AUTH no authorizations found")
     assert not [t for t in stats(nsqd)["topics"] or [] if t["topic_name"] == topic]

@@ -17,23 +17,26 @@ from pathlib import Path
 
 import cramjam
 import pytest
-from nsqd_transport_support import (
-    SNAPPY_IDENTIFIER,
-    Certs,
-    LayeredConn,
-    alive,
-    client_round_trip,
-    client_stats,
-    command,
-    make_certs,
-    mpub_cmd,
-    proc_status_kib,
-    pub_cmd,
-    snappy_encode,
-)
 
 from nsqpy.protocol.compression import DeflateReader, DeflateWriter, SnappyFrameReader
 from nsqpy.testing import DaemonProcess, start_nsqd
+
+from ..raw_v2 import (
+    SNAPPY_IDENTIFIER,
+    NsqConn,
+    command,
+    mpub_cmd,
+    pub_cmd,
+    snappy_encode,
+)
+from .nsqd_transport_support import (
+    Certs,
+    alive,
+    client_round_trip,
+    client_stats,
+    make_certs,
+    proc_status_kib,
+)
 
 
 def unique(prefix: str) -> str:
@@ -87,10 +90,8 @@ def combo_id(combo: tuple[bool, bool, bool]) -> str:
     return "+".join(names) or "plain"
 
 
-def connect(
-    nsqd: DaemonProcess, certs: Certs, tls: bool, snappy: bool, deflate: bool
-) -> LayeredConn:
-    conn = LayeredConn(nsqd.tcp_address)
+def connect(nsqd: DaemonProcess, certs: Certs, tls: bool, snappy: bool, deflate: bool) -> NsqConn:
+    conn = NsqConn(nsqd.tcp_address)
     response = conn.negotiate(
         certs.client_context() if tls else None,
         tls_v1=tls,
@@ -113,7 +114,7 @@ def test_every_combination_publishes_and_consumes(
     are refused, in plain text, before any upgrade."""
     tls, snappy, deflate = combo
     if snappy and deflate:
-        with LayeredConn(nsqd.tcp_address) as conn:
+        with NsqConn(nsqd.tcp_address) as conn:
             body = {"feature_negotiation": True, "tls_v1": tls, "snappy": True, "deflate": True}
             conn.send(command("IDENTIFY", json.dumps(body).encode()))
             conn.expect_error("E_IDENTIFY_FAILED cannot enable both deflate and snappy compression")
@@ -148,8 +149,8 @@ def test_deflate_level_negotiation(
     nsqd: DaemonProcess, requested: int, deflate: bool, expected: int
 ) -> None:
     """The level is reported even without deflate; a request above the max is clamped."""
-    with LayeredConn(nsqd.tcp_address) as conn:
-        response = conn.identify(deflate=deflate, deflate_level=requested)
+    with NsqConn(nsqd.tcp_address) as conn:
+        response = conn.identify_json(deflate=deflate, deflate_level=requested)
         assert (response["deflate_level"], response["max_deflate_level"]) == (expected, 6)
         conn.upgrade(response)
         conn.pub(unique("level"), b"x" * 1000)
@@ -158,8 +159,8 @@ def test_deflate_level_negotiation(
 def test_features_off_or_unconfigured_answer_false(featureless: DaemonProcess) -> None:
     """No TLS configured and ``--snappy=false --deflate=false``: the connection stays plain
     (asking for both compressions is then no error)."""
-    with LayeredConn(featureless.tcp_address) as conn:
-        response = conn.identify(tls_v1=True, snappy=True, deflate=True)
+    with NsqConn(featureless.tcp_address) as conn:
+        response = conn.identify_json(tls_v1=True, snappy=True, deflate=True)
         assert (response["tls_v1"], response["snappy"], response["deflate"]) == (False,) * 3
         conn.upgrade(response)
         conn.pub(unique("plain"), b"still plain")
@@ -168,8 +169,8 @@ def test_features_off_or_unconfigured_answer_false(featureless: DaemonProcess) -
 def test_snappy_reader_accepts_skippable_padding_and_repeated_identifiers(
     nsqd: DaemonProcess,
 ) -> None:
-    with LayeredConn(nsqd.tcp_address) as conn:
-        conn.upgrade(conn.identify(snappy=True))
+    with NsqConn(nsqd.tcp_address) as conn:
+        conn.upgrade(conn.identify_json(snappy=True))
         skippable = bytes([0x80, 3, 0, 0]) + b"abc"
         padding = bytes([0xFE, 2, 0, 0]) + b"\0\0"
         body = snappy_encode(pub_cmd(unique("skip"), b"m"))  # starts with an identifier again
@@ -181,8 +182,8 @@ def test_commands_split_across_chunks_and_writes(nsqd: DaemonProcess) -> None:
     """A command may end in the middle of a compressed write; nsqd waits for the rest."""
     topic = unique("split")
     for option in ("snappy", "deflate"):
-        with LayeredConn(nsqd.tcp_address) as conn:
-            conn.upgrade(conn.identify(**{option: True}))
+        with NsqConn(nsqd.tcp_address) as conn:
+            conn.upgrade(conn.identify_json(**{option: True}))
             data = pub_cmd(topic, b"z" * 70_000) + pub_cmd(topic, b"second")
             for i in range(0, len(data), 9_999):
                 conn.send(data[i : i + 9_999])
@@ -225,8 +226,8 @@ SNAPPY_BROKEN = {
 
 @pytest.mark.parametrize("name", sorted(SNAPPY_BROKEN))
 def test_broken_snappy_stream_closes_the_connection(nsqd: DaemonProcess, name: str) -> None:
-    with LayeredConn(nsqd.tcp_address) as conn:
-        conn.upgrade(conn.identify(snappy=True))
+    with NsqConn(nsqd.tcp_address) as conn:
+        conn.upgrade(conn.identify_json(snappy=True))
         raw = SNAPPY_BROKEN[name]
         if name not in ("no identifier", "bad identifier"):
             raw = SNAPPY_IDENTIFIER + raw
@@ -245,8 +246,8 @@ DEFLATE_BROKEN = {
 
 @pytest.mark.parametrize("name", sorted(DEFLATE_BROKEN))
 def test_broken_deflate_stream_closes_the_connection(nsqd: DaemonProcess, name: str) -> None:
-    with LayeredConn(nsqd.tcp_address) as conn:
-        conn.upgrade(conn.identify(deflate=True))
+    with NsqConn(nsqd.tcp_address) as conn:
+        conn.upgrade(conn.identify_json(deflate=True))
         conn.send_raw(DEFLATE_BROKEN[name])
         conn.expect_closed()
     assert alive(nsqd)
@@ -256,8 +257,8 @@ def test_random_garbage_on_compressed_connections(nsqd: DaemonProcess) -> None:
     """Seeded random bytes after each upgrade: nsqd closes or waits, never crashes."""
     for seed in range(40):
         option = ("snappy", "deflate")[seed % 2]
-        with LayeredConn(nsqd.tcp_address) as conn:
-            conn.upgrade(conn.identify(**{option: True}))
+        with NsqConn(nsqd.tcp_address) as conn:
+            conn.upgrade(conn.identify_json(**{option: True}))
             garbage = os.urandom(1 + seed * 997 % 20_000)
             try:
                 conn.send_raw(garbage)
@@ -266,8 +267,8 @@ def test_random_garbage_on_compressed_connections(nsqd: DaemonProcess) -> None:
             except (TimeoutError, ConnectionResetError, BrokenPipeError):
                 pass
     assert alive(nsqd)
-    with LayeredConn(nsqd.tcp_address) as conn:
-        conn.upgrade(conn.identify(deflate=True))
+    with NsqConn(nsqd.tcp_address) as conn:
+        conn.upgrade(conn.identify_json(deflate=True))
         conn.pub(unique("after_garbage"), b"still serving")
 
 
@@ -289,8 +290,8 @@ def send_bomb(nsqd: DaemonProcess, option: str, wire: bytes) -> tuple[int, int]:
     growth (KiB) and whether the connection answered the PUB (1) or was closed (0)."""
     before = proc_status_kib(nsqd.pid, "VmHWM")
     answered = 0
-    with LayeredConn(nsqd.tcp_address) as conn:
-        conn.upgrade(conn.identify(**{option: True}))
+    with NsqConn(nsqd.tcp_address) as conn:
+        conn.upgrade(conn.identify_json(**{option: True}))
         conn.sock.settimeout(30)
         try:
             conn.send_raw(wire)
@@ -327,7 +328,7 @@ def test_snappy_bomb_of_commands_does_not_balloon(fresh_nsqd: DaemonProcess) -> 
 def test_plain_nop_flood_stays_within_the_budget(fresh_nsqd: DaemonProcess) -> None:
     """The reference point for the bomb budget: the same commands without compression."""
     before = proc_status_kib(fresh_nsqd.pid, "VmHWM")
-    with LayeredConn(fresh_nsqd.tcp_address) as conn:
+    with NsqConn(fresh_nsqd.tcp_address) as conn:
         conn.sock.settimeout(30)
         conn.send(command("IDENTIFY", b"{}"))
         conn.expect_ok()

@@ -14,15 +14,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from nsqd_storage_support import (
-    Msg,
-    NsqConn,
-    channel_stats,
+
+from nsqpy.testing import DaemonProcess, start_nsqd
+
+from ..raw_v2 import Message, NsqConn, channel_stats, http_ok, stats, topic_stats, wait_until
+from .nsqd_storage_support import (
     consume_from,
     data_file,
     encode_message,
     frame_record,
-    http_post,
     log_lines_now,
     log_since,
     make_id,
@@ -33,14 +33,9 @@ from nsqd_storage_support import (
     read_meta,
     run_nsqd_to_exit,
     start_again,
-    stats,
     subscriber,
-    topic_stats,
-    wait_until,
     write_queue,
 )
-
-from nsqpy.testing import DaemonProcess, start_nsqd
 
 TIMESTAMP = 1_700_000_000_000_000_000
 
@@ -60,7 +55,7 @@ def launch(daemons: list[DaemonProcess], data_path: Path, *args: str) -> DaemonP
 
 
 def payload(number: int) -> bytes:
-    return encode_message(Msg(TIMESTAMP + number, 0, make_id(number), b"body %d" % number))
+    return encode_message(Message(TIMESTAMP + number, 0, make_id(number), b"body %d" % number))
 
 
 def payloads(numbers: Sequence[int]) -> list[bytes]:
@@ -85,10 +80,10 @@ def assert_serves(nsqd: DaemonProcess, numbers: Sequence[int]) -> None:
     more, and then has nothing left (the reader has run into whatever damage follows)."""
     conn = subscriber(nsqd, "t", "c")
     conn.rdy(len(numbers) + 10)
-    received = [conn.read_message() for _ in numbers]
+    received = [conn.expect_message() for _ in numbers]
     for msg in received:
         conn.fin(msg.id)
-    conn.expect_no_message(0.3)
+    conn.expect_nothing(0.3)
     conn.close()
     assert sorted(m.body for m in received) == sorted(body(n) for n in numbers)
     for msg in received:
@@ -100,7 +95,7 @@ def assert_serves(nsqd: DaemonProcess, numbers: Sequence[int]) -> None:
 
 def assert_accepts_new_messages(nsqd: DaemonProcess) -> None:
     conn = NsqConn(nsqd.tcp_address)
-    conn.mpublish("t", [b"fresh 1", b"fresh 2"])
+    conn.mpub("t", [b"fresh 1", b"fresh 2"])
     conn.close()
     received = consume_from(nsqd, "t", "c", 2)
     assert sorted(m.body for m in received) == [b"fresh 1", b"fresh 2"]
@@ -331,7 +326,7 @@ def test_nsqd_dat_ahead_of_the_data_starts_empty_queues(
     nsqd = launch(daemons, tmp_path)
     channel = channel_stats(nsqd, "t", "c") or {}
     assert (channel["depth"], channel["paused"]) == (0, True)
-    http_post(nsqd, "/channel/unpause?topic=t&channel=c")
+    http_ok(nsqd, "POST", "/channel/unpause?topic=t&channel=c")
     assert_accepts_new_messages(nsqd)
 
 
@@ -352,10 +347,10 @@ def test_unparsable_nsqd_dat_refuses_to_start_like_go(tmp_path: Path) -> None:
 
 def stop_with_one_deferred_message(daemons: list[DaemonProcess], directory: Path) -> DaemonProcess:
     nsqd = launch(daemons, directory)
-    http_post(nsqd, "/topic/create?topic=t")
-    http_post(nsqd, "/channel/create?topic=t&channel=c")
+    http_ok(nsqd, "POST", "/topic/create?topic=t")
+    http_ok(nsqd, "POST", "/channel/create?topic=t&channel=c")
     conn = NsqConn(nsqd.tcp_address)
-    conn.dpublish("t", 60_000, b"deferred")
+    conn.dpub("t", 60_000, b"deferred")
     conn.close()
     wait_until(lambda: (channel_stats(nsqd, "t", "c") or {}).get("deferred_count") == 1)
     assert nsqd.stop() == 0
@@ -386,7 +381,7 @@ def test_deferred_file_is_not_trusted_once_the_queue_has_changed(
     nsqd = stop_with_one_deferred_message(daemons, tmp_path)
     meta = read_meta(tmp_path, "t:c")
     path = data_file(tmp_path, "t:c", meta.write_num)
-    extra = encode_message(Msg(TIMESTAMP, 0, make_id(99), b"written by go"))
+    extra = encode_message(Message(TIMESTAMP, 0, make_id(99), b"written by go"))
     with path.open("ab") as handle:
         handle.write(frame_record(extra))
     size = path.stat().st_size

@@ -15,31 +15,34 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from nsqd_storage_support import (
-    FileSizeLimitedNsqd,
-    Msg,
+
+from nsqpy.testing import DaemonProcess, start_nsqd
+
+from ..raw_v2 import (
+    Message,
     NsqConn,
     channel_stats,
+    http_ok,
+    http_request,
+    mpub_cmd,
+    pub_cmd,
+    stats,
+    topic_stats,
+    wait_until,
+)
+from .nsqd_storage_support import (
+    FileSizeLimitedNsqd,
     consume,
     consume_from,
     data_file,
     gather,
-    http_post,
-    http_request,
     meta_file,
-    mpub_cmd,
     parse_records,
-    pub_cmd,
     read_meta,
     run_nsqd_to_exit,
     start_again,
-    stats,
     subscriber,
-    topic_stats,
-    wait_until,
 )
-
-from nsqpy.testing import DaemonProcess, start_nsqd
 
 
 @pytest.fixture
@@ -66,7 +69,7 @@ def bodies(count: int, seed: int, prefix: bytes = b"") -> list[bytes]:
     ]
 
 
-def assert_same_bodies(received: list[Msg], expected: list[bytes]) -> None:
+def assert_same_bodies(received: list[Message], expected: list[bytes]) -> None:
     got = Counter(m.body for m in received)
     assert got == Counter(expected), (
         f"missing {len(Counter(expected) - got)}, unexpected {len(got - Counter(expected))}"
@@ -120,9 +123,9 @@ def test_sigkill_with_sync_every_1_keeps_every_acknowledged_message(
     """Every message nsqd answered OK for is on disk (the topic's queue, or the channel's when
     the topic has one) and comes back intact after SIGKILL and a restart."""
     nsqd = launch(daemons, tmp_path, "--mem-queue-size=0", "--sync-every=1")
-    http_post(nsqd, "/topic/create?topic=crash")
+    http_ok(nsqd, "POST", "/topic/create?topic=crash")
     if queue_kind == "channel":
-        http_post(nsqd, "/channel/create?topic=crash&channel=c")
+        http_ok(nsqd, "POST", "/channel/create?topic=crash&channel=c")
     # nsqd.dat is written in the background (as in Go): wait, so the restart recreates the topic
     # or channel by itself and its depth can be checked before anyone subscribes
     wait_until(lambda: listed_in_nsqd_dat(tmp_path, "crash", queue_kind == "channel"))
@@ -130,9 +133,9 @@ def test_sigkill_with_sync_every_1_keeps_every_acknowledged_message(
     expected = bodies(300, seed=1)
     conn = NsqConn(nsqd.tcp_address)
     for body in expected[:100]:
-        conn.publish("crash", body)
+        conn.pub("crash", body)
     for start in range(100, 300, 20):
-        conn.mpublish("crash", expected[start : start + 20])
+        conn.mpub("crash", expected[start : start + 20])
     synced = freeze_and_kill(nsqd, tmp_path, queue)
     conn.close()
     print(f"\n[sync-every=1 {queue_kind}] acknowledged 300, synced per metadata at kill {synced}")
@@ -159,7 +162,7 @@ def test_sync_every_1_makes_each_write_durable_before_acknowledging_the_next(
     conn = NsqConn(nsqd.tcp_address)
     behind = []
     for k in range(1, 31):
-        conn.publish("durable", b"%03d" % k + bytes(100))
+        conn.pub("durable", b"%03d" % k + bytes(100))
         behind.append(k - records_synced(tmp_path, "durable"))
     conn.close()
     assert max(behind[1:]) <= 1, f"acknowledged but not yet synced, per PUB: {behind}"
@@ -173,16 +176,16 @@ def test_sigkill_with_default_sync_loses_at_most_the_unsynced_messages(
     frozen with SIGSTOP, the metadata read, then SIGKILL) and reports how many were lost; a
     killed process cannot lose what it had written to the kernel, so expect 0, never more."""
     nsqd = launch(daemons, tmp_path, "--mem-queue-size=0")
-    http_post(nsqd, "/topic/create?topic=crash")
+    http_ok(nsqd, "POST", "/topic/create?topic=crash")
     wait_until(lambda: listed_in_nsqd_dat(tmp_path, "crash", with_channel=False))
     expected = bodies(4000, seed=2)
     conn = NsqConn(nsqd.tcp_address)
     for start in range(0, 3000, 100):
-        conn.mpublish("crash", expected[start : start + 100])
+        conn.mpub("crash", expected[start : start + 100])
     # let the sync after --sync-every=2500 writes happen, then add writes it does not cover
     wait_until(lambda: records_synced(tmp_path, "crash") >= 2500, what="the first sync")
     for start in range(3000, 4000, 100):
-        conn.mpublish("crash", expected[start : start + 100])
+        conn.mpub("crash", expected[start : start + 100])
     synced = freeze_and_kill(nsqd, tmp_path, "crash")
     conn.close()
 
@@ -214,25 +217,25 @@ def test_clean_restart_keeps_memory_in_flight_and_deferred_messages(
     DPUB and by REQ: after the restart all come back, with their attempts; the deferred ones
     are still deferred (nsqpy keeps the remaining deferral; Go would deliver them at once)."""
     nsqd = launch(daemons, tmp_path)
-    http_post(nsqd, "/topic/create?topic=live")
-    http_post(nsqd, "/channel/create?topic=live&channel=c")
+    http_ok(nsqd, "POST", "/topic/create?topic=live")
+    http_ok(nsqd, "POST", "/channel/create?topic=live&channel=c")
     live = bodies(10, seed=3, prefix=b"live")
     held = bodies(5, seed=4, prefix=b"held")
     publisher = NsqConn(nsqd.tcp_address)
     for body in live:
-        publisher.publish("live", body)
+        publisher.pub("live", body)
     for body in held:
-        publisher.publish("held", body)  # a topic without channels keeps them in memory
-    publisher.dpublish("held", DEFER_MS, b"held deferred")
+        publisher.pub("held", body)  # a topic without channels keeps them in memory
+    publisher.dpub("held", DEFER_MS, b"held deferred")
 
     consumer = subscriber(nsqd, "live", "c")
     consumer.rdy(3)
-    in_flight = [consumer.read_message() for _ in range(3)]
+    in_flight = [consumer.expect_message() for _ in range(3)]
     consumer.rdy(0)
     deferral_started = time.monotonic()
     consumer.req(in_flight[0].id, DEFER_MS)  # REQ with a delay: deferred, attempts stays 1
-    publisher.dpublish("live", DEFER_MS, b"live deferred 1")
-    publisher.dpublish("live", DEFER_MS, b"live deferred 2")
+    publisher.dpub("live", DEFER_MS, b"live deferred 1")
+    publisher.dpub("live", DEFER_MS, b"live deferred 2")
     wait_until(lambda: (channel_stats(nsqd, "live", "c") or {}).get("deferred_count") == 3)
     before = channel_stats(nsqd, "live", "c") or {}
     assert (before["depth"], before["in_flight_count"]) == (7, 2)
@@ -297,11 +300,11 @@ def test_deferred_messages_are_due_at_once_when_only_the_disk_queue_survives(
     """Without nsqpy.deferred.json (e.g. the directory went through a Go nsqd) the deferred
     messages still come back from the disk queue, due at once, as Go delivers them."""
     nsqd = launch(daemons, tmp_path)
-    http_post(nsqd, "/topic/create?topic=t")
-    http_post(nsqd, "/channel/create?topic=t&channel=c")
+    http_ok(nsqd, "POST", "/topic/create?topic=t")
+    http_ok(nsqd, "POST", "/channel/create?topic=t&channel=c")
     conn = NsqConn(nsqd.tcp_address)
-    conn.dpublish("t", 60_000, b"deferred a")
-    conn.dpublish("t", 60_000, b"deferred b")
+    conn.dpub("t", 60_000, b"deferred a")
+    conn.dpub("t", 60_000, b"deferred b")
     conn.close()
     wait_until(lambda: (channel_stats(nsqd, "t", "c") or {}).get("deferred_count") == 2)
     assert nsqd.stop() == 0
@@ -327,7 +330,7 @@ def test_startup_scenario_74(tmp_path: Path, daemons: list[DaemonProcess]) -> No
     expected = [b"%03d" % i + bytes(253) for i in range(300)]
     conn = NsqConn(nsqd.tcp_address)
     for body in expected:
-        conn.publish("startup", body)
+        conn.pub("startup", body)
     conn.close()
     assert (topic_stats(nsqd, "startup") or {})["depth"] == 300
 
@@ -356,7 +359,7 @@ def test_second_nsqd_on_a_locked_data_path_exits_without_touching_it(
     tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:
     first = launch(daemons, tmp_path, "--mem-queue-size=0")
-    NsqConn(first.tcp_address).publish("t", b"before")
+    NsqConn(first.tcp_address).pub("t", b"before")
     wait_until(lambda: b'"name":"t"' in (tmp_path / "nsqd.dat").read_bytes())
     files_before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
 
@@ -367,7 +370,7 @@ def test_second_nsqd_on_a_locked_data_path_exits_without_touching_it(
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files_before
 
     conn = NsqConn(first.tcp_address)  # the first one is unaffected
-    conn.publish("t", b"after")
+    conn.pub("t", b"after")
     conn.close()
     assert first.stop() == 0
     second = launch(daemons, tmp_path)  # the lock goes with the first process
@@ -399,9 +402,9 @@ def test_ephemeral_topics_and_channels_never_touch_disk(
     other = subscriber(nsqd, "x#ephemeral", "y#ephemeral")
     conn = NsqConn(nsqd.tcp_address)
     for i in range(10):  # far beyond mem-queue-size: ephemeral overflow is dropped
-        conn.publish("e#ephemeral", b"e%d" % i)
-        conn.publish("t", b"t%d" % i)
-        conn.publish("x#ephemeral", b"x%d" % i)
+        conn.pub("e#ephemeral", b"e%d" % i)
+        conn.pub("t", b"t%d" % i)
+        conn.pub("x#ephemeral", b"x%d" % i)
     conn.close()
     assert (topic_stats(nsqd, "e#ephemeral") or {})["depth"] == 2
     assert (channel_stats(nsqd, "t", "c#ephemeral") or {})["depth"] == 2
@@ -471,10 +474,10 @@ def publish_until_refused(
 
 def health(nsqd: DaemonProcess) -> tuple[int, bytes, str, bytes]:
     """(/ping status, /ping body, /stats JSON health, /stats text)."""
-    ping_status, ping_body = http_request(nsqd, "GET", "/ping")
-    status, text = http_request(nsqd, "GET", "/stats")
-    assert status == 200
-    return ping_status, ping_body, stats(nsqd)["health"], text
+    ping = http_request(nsqd, "GET", "/ping")
+    stats_text = http_request(nsqd, "GET", "/stats")
+    assert stats_text.status == 200
+    return ping.status, ping.body, stats(nsqd)["health"], stats_text.body
 
 
 def assert_unhealthy(nsqd: DaemonProcess, error: str) -> None:
@@ -496,8 +499,8 @@ def test_failed_disk_write_makes_nsqd_unhealthy_until_a_write_succeeds(
 ) -> None:
     nsqd = launch_limited(daemons, tmp_path, LIMIT, "--mem-queue-size=0")
     if queue_kind == "channel":
-        http_post(nsqd, "/topic/create?topic=full")
-        http_post(nsqd, "/channel/create?topic=full&channel=c")
+        http_ok(nsqd, "POST", "/topic/create?topic=full")
+        http_ok(nsqd, "POST", "/channel/create?topic=full&channel=c")
     assert_healthy(nsqd)
 
     acknowledged, error = publish_until_refused(nsqd, "full", lambda i: b"%04d" % i + BODY)
@@ -509,13 +512,11 @@ def test_failed_disk_write_makes_nsqd_unhealthy_until_a_write_succeeds(
     conn.send(mpub_cmd("full", [b"m1" + BODY, b"m2" + BODY]))
     conn.expect_error(f"E_MPUB_FAILED MPUB failed {error}")
     conn.close()
-    assert http_request(nsqd, "POST", "/pub?topic=full", b"h" + BODY) == (
-        503,
-        b'{"message":"EXITING"}',
-    )
+    resp = http_request(nsqd, "POST", "/pub?topic=full", b"h" + BODY)
+    assert (resp.status, resp.body) == (503, b'{"message":"EXITING"}')
     assert_unhealthy(nsqd, error)
 
-    NsqConn(nsqd.tcp_address).publish("elsewhere", b"x" * 100)  # another file: fits
+    NsqConn(nsqd.tcp_address).pub("elsewhere", b"x" * 100)  # another file: fits
     assert_healthy(nsqd)
     assert nsqd.proc is not None and nsqd.proc.poll() is None
 
@@ -536,7 +537,7 @@ def test_full_disk_never_loses_an_acknowledged_message(
     later = [b"later%d" % i + BODY for i in range(5)]
     conn = NsqConn(nsqd.tcp_address)
     for body in later:
-        conn.publish("full", body)
+        conn.pub("full", body)
     conn.close()
     assert_healthy(nsqd)
 

@@ -15,16 +15,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nsqd_storage_support import (
-    Msg,
+
+from nsqpy.testing import DaemonProcess, start_nsqd
+
+from ..raw_v2 import (
+    Message,
     NsqConn,
     channel_stats,
+    decode_message,
+    http_ok,
+    stats,
+    topic_stats,
+    wait_until,
+)
+from .nsqd_storage_support import (
     consume,
     data_file,
-    decode_message,
     encode_message,
     frame_record,
-    http_post,
     make_id,
     meta_file,
     nsqd_dat,
@@ -32,14 +40,9 @@ from nsqd_storage_support import (
     queue_payloads,
     read_meta,
     start_again,
-    stats,
     subscriber,
-    topic_stats,
-    wait_until,
     write_queue,
 )
-
-from nsqpy.testing import DaemonProcess, start_nsqd
 
 MAX_BYTES = 1024
 GO_ID = re.compile(rb"[0-9a-f]{16}")
@@ -62,19 +65,19 @@ def launch(daemons: list[DaemonProcess], data_path: Path, *args: str) -> DaemonP
 # ------------------------------------------------------------------------------ reading Go's
 
 
-def go_message(number: int, attempts: int = 0, size: int = 300) -> Msg:
+def go_message(number: int, attempts: int = 0, size: int = 300) -> Message:
     """A message as Go stores it; 300-byte bodies make 330-byte records, three per 1 KiB file."""
     body = (b"%d:" % number + bytes(range(256)) * 2)[:size]
-    return Msg(1_690_000_000_123_456_789 + number * 1_000_003, attempts, make_id(number), body)
+    return Message(1_690_000_000_123_456_789 + number * 1_000_003, attempts, make_id(number), body)
 
 
-def records(msgs: list[Msg]) -> list[bytes]:
+def records(msgs: list[Message]) -> list[bytes]:
     return [encode_message(m) for m in msgs]
 
 
-def as_delivered(msgs: list[Msg]) -> set[Msg]:
+def as_delivered(msgs: list[Message]) -> set[Message]:
     """What a consumer receives for stored messages: the same message, one more attempt."""
-    return {Msg(m.timestamp, m.attempts + 1, m.id, m.body) for m in msgs}
+    return {Message(m.timestamp, m.attempts + 1, m.id, m.body) for m in msgs}
 
 
 def test_opens_a_data_directory_written_as_go_would(
@@ -119,16 +122,16 @@ def test_opens_a_data_directory_written_as_go_would(
 
     audit_conn = subscriber(nsqd, "orders", "audit")
     audit_conn.rdy(10)
-    audit_conn.expect_no_message(0.3)  # paused, as nsqd.dat says
-    http_post(nsqd, "/channel/unpause?topic=orders&channel=audit")
-    got = [audit_conn.read_message() for _ in range(7)]
+    audit_conn.expect_nothing(0.3)  # paused, as nsqd.dat says
+    http_ok(nsqd, "POST", "/channel/unpause?topic=orders&channel=audit")
+    got = [audit_conn.expect_message() for _ in range(7)]
     assert set(got) == as_delivered(audit + topic_msgs)
 
     idle_conn = subscriber(nsqd, "idle", "c")
     idle_conn.rdy(10)
-    idle_conn.expect_no_message(0.3)
-    http_post(nsqd, "/topic/unpause?topic=idle")
-    got = [idle_conn.read_message() for _ in range(2)]
+    idle_conn.expect_nothing(0.3)
+    http_ok(nsqd, "POST", "/topic/unpause?topic=idle")
+    got = [idle_conn.expect_message() for _ in range(2)]
     assert set(got) == as_delivered(idle)
 
 
@@ -158,7 +161,7 @@ def check_nsqd_dat(path: Path, expected: dict[str, tuple[bool, dict[str, bool] |
     assert found == expected
 
 
-def check_queue_files(directory: Path, queue: str) -> list[Msg]:
+def check_queue_files(directory: Path, queue: str) -> list[Message]:
     """Every rule of §6.1 for one queue's files; returns its unread messages in order."""
     meta = read_meta(directory, queue)  # asserts "%d\n%d,%d\n%d,%d\n" exactly
     for num in range(meta.read_num):
@@ -190,22 +193,22 @@ def test_files_we_write_follow_the_format_description(
     tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:
     nsqd = launch(daemons, tmp_path, "--mem-queue-size=0", f"--max-bytes-per-file={MAX_BYTES}")
-    http_post(nsqd, "/topic/create?topic=fanned")
-    http_post(nsqd, "/channel/create?topic=fanned&channel=c1")
-    http_post(nsqd, "/channel/create?topic=fanned&channel=c2")
-    http_post(nsqd, "/channel/pause?topic=fanned&channel=c1")
-    http_post(nsqd, "/topic/create?topic=stopped")
-    http_post(nsqd, "/topic/pause?topic=stopped")
+    http_ok(nsqd, "POST", "/topic/create?topic=fanned")
+    http_ok(nsqd, "POST", "/channel/create?topic=fanned&channel=c1")
+    http_ok(nsqd, "POST", "/channel/create?topic=fanned&channel=c2")
+    http_ok(nsqd, "POST", "/channel/pause?topic=fanned&channel=c1")
+    http_ok(nsqd, "POST", "/topic/create?topic=stopped")
+    http_ok(nsqd, "POST", "/topic/pause?topic=stopped")
     plain = [b"plain %02d " % i + bytes([i]) * (100 + 7 * i) for i in range(20)]
     fanned = [b"fanned %d " % i + b"\n" * (150 + i) for i in range(8)]
     started_ns = time.time_ns()
     conn = NsqConn(nsqd.tcp_address)
     for body in plain[:10]:
-        conn.publish("plain", body)
-    conn.mpublish("plain", plain[10:])
+        conn.pub("plain", body)
+    conn.mpub("plain", plain[10:])
     for body in fanned:
-        conn.publish("fanned", body)
-    conn.mpublish("stopped", [b"s1", b"s2"])
+        conn.pub("fanned", body)
+    conn.mpub("stopped", [b"s1", b"s2"])
     conn.close()
     finished_ns = time.time_ns()
     consumed = consume(subscriber(nsqd, "fanned", "c2"), 3)
@@ -255,19 +258,19 @@ def test_shutdown_writes_memory_then_in_flight_then_deferred_like_go(
     """§6.3: a channel's memory queue, then its in-flight messages, then its deferred ones,
     with attempts as they stand; a topic's memory queue (deferred messages included)."""
     nsqd = launch(daemons, tmp_path)
-    http_post(nsqd, "/topic/create?topic=t")
-    http_post(nsqd, "/channel/create?topic=t&channel=c")
+    http_ok(nsqd, "POST", "/topic/create?topic=t")
+    http_ok(nsqd, "POST", "/channel/create?topic=t&channel=c")
     conn = NsqConn(nsqd.tcp_address)
     for i in range(6):
-        conn.publish("t", b"m%d" % i)
-    conn.dpublish("t", 60_000, b"d0")
-    conn.dpublish("t", 60_000, b"d1")
-    conn.publish("held", b"h0")
-    conn.dpublish("held", 60_000, b"hd")
-    conn.publish("held", b"h1")
+        conn.pub("t", b"m%d" % i)
+    conn.dpub("t", 60_000, b"d0")
+    conn.dpub("t", 60_000, b"d1")
+    conn.pub("held", b"h0")
+    conn.dpub("held", 60_000, b"hd")
+    conn.pub("held", b"h1")
     consumer = subscriber(nsqd, "t", "c")
     consumer.rdy(2)
-    first, second = consumer.read_message(), consumer.read_message()
+    first, second = consumer.expect_message(), consumer.expect_message()
     consumer.rdy(0)
     consumer.req(second.id, 60_000)
     wait_until(lambda: (channel_stats(nsqd, "t", "c") or {}).get("deferred_count") == 3)
@@ -286,7 +289,7 @@ def test_shutdown_writes_memory_then_in_flight_then_deferred_like_go(
     assert set(side["queues"]) == {"t:c", "held"}
 
 
-def check_channel_flush(directory: Path) -> list[Msg]:
+def check_channel_flush(directory: Path) -> list[Message]:
     stored = check_queue_files(directory, "t:c")
     assert len(stored) == 8
     assert check_queue_files(directory, "t") == []
@@ -295,7 +298,7 @@ def check_channel_flush(directory: Path) -> list[Msg]:
 
 def test_records_are_framed_with_a_big_endian_length(tmp_path: Path) -> None:
     """The support code itself, on a record spelled out by hand: the tests above rely on it."""
-    msg = Msg(0x0102030405060708, 0x090A, b"0123456789abcdef", b"hi")
+    msg = Message(0x0102030405060708, 0x090A, b"0123456789abcdef", b"hi")
     record = frame_record(encode_message(msg))
     assert record == (
         b"\x00\x00\x00\x1c"

@@ -17,23 +17,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nsqd_transport_support import (
+
+from nsqpy.testing import DaemonProcess, start_nsqd
+
+from ..raw_v2 import NsqConn, command, http_request, pub_cmd
+from .nsqd_transport_support import (
     Certs,
-    LayeredConn,
     alive,
     client_round_trip,
     client_stats,
-    command,
-    http_request,
     https_rejected,
     make_certs,
     proc_status_kib,
     producer_stats,
-    pub_cmd,
     tls_rejected,
 )
-
-from nsqpy.testing import DaemonProcess, start_nsqd
 
 
 def unique(prefix: str) -> str:
@@ -89,10 +87,8 @@ def https_address(daemon: DaemonProcess) -> tuple[str, int]:
     return daemon.addresses["HTTPS"]
 
 
-def tls_conn(
-    daemon: DaemonProcess, certs: Certs, cert: str = "", **settings: object
-) -> LayeredConn:
-    conn = LayeredConn(daemon.tcp_address)
+def tls_conn(daemon: DaemonProcess, certs: Certs, cert: str = "", **settings: object) -> NsqConn:
+    conn = NsqConn(daemon.tcp_address)
     response = conn.negotiate(certs.client_context(cert), tls_v1=True, **settings)
     assert response["tls_v1"] is True
     return conn
@@ -132,7 +128,7 @@ def test_tls12_client_reports_go_names_in_stats(daemons: Daemons, certs: Certs) 
     """A TLS 1.2 connection: Go reports ``TLS1.2`` and the IANA cipher-suite name."""
     nsqd = daemons.get()
     topic = unique("tls12")
-    conn = LayeredConn(nsqd.tcp_address)
+    conn = NsqConn(nsqd.tcp_address)
     with conn:
         context = certs.client_context(max_version=ssl.TLSVersion.TLSv1_2)
         conn.negotiate(context, tls_v1=True)
@@ -156,14 +152,16 @@ def test_https_listener_serves_the_api(daemons: Daemons, certs: Certs) -> None:
     nsqd = daemons.get()
     topic = unique("https")
     context = certs.client_context()
-    resp = http_request(https_address(nsqd), "POST", f"/pub?topic={topic}", b"x", context)
+    resp = http_request(
+        https_address(nsqd), "POST", f"/pub?topic={topic}", b"x", tls_context=context
+    )
     assert (resp.status, resp.body) == (200, b"OK")
     resp = http_request(https_address(nsqd), "GET", "/ping", tls_context=context)
     assert (resp.status, resp.body) == (200, b"OK")
     resp = http_request(nsqd.http_address, "POST", f"/pub?topic={topic}", b"y")
     assert (resp.status, resp.body) == (200, b"OK")
     resp = http_request(
-        https_address(nsqd), "GET", f"/stats?format=json&topic={topic}", None, context
+        https_address(nsqd), "GET", f"/stats?format=json&topic={topic}", tls_context=context
     )
     assert resp.json()["topics"][0]["depth"] == 2
 
@@ -249,7 +247,7 @@ def test_unknown_client_auth_policy_asks_for_no_certificate(daemons: Daemons, ce
     (like any policy) it turns tls-required on."""
     nsqd = daemons.get("--tls-client-auth-policy=whatever")
     assert not tls_rejected(nsqd.tcp_address, certs.client_context())
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(command("SUB t ch"))
         conn.expect_error("E_INVALID cannot SUB in current state (TLS required)")
 
@@ -275,7 +273,11 @@ def test_require_policy_over_https(daemons: Daemons, certs: Certs) -> None:
     assert not https_rejected(https_address(nsqd), certs.client_context("self-signed"))
     topic = unique("require_https")
     resp = http_request(
-        https_address(nsqd), "POST", f"/pub?topic={topic}", b"m", certs.client_context("signed")
+        https_address(nsqd),
+        "POST",
+        f"/pub?topic={topic}",
+        b"m",
+        tls_context=certs.client_context("signed"),
     )
     assert (resp.status, resp.body) == (200, b"OK")
     assert_tls_required_403(nsqd, "POST", f"/pub?topic={topic}")
@@ -313,8 +315,8 @@ def https_failure(daemon: DaemonProcess, context: ssl.SSLContext) -> str:
 
 
 def tcp_failure(daemon: DaemonProcess, context: ssl.SSLContext) -> str:
-    with LayeredConn(daemon.tcp_address) as conn:
-        conn.identify(tls_v1=True)
+    with NsqConn(daemon.tcp_address) as conn:
+        conn.identify_json(tls_v1=True)
         try:
             conn.sock = context.wrap_socket(conn.sock, server_hostname="127.0.0.1")
             conn.read_frame()
@@ -348,7 +350,7 @@ def test_require_verify_with_tcp_https_lets_plain_http_through(
     resp = http_request(nsqd.http_address, "POST", f"/pub?topic={unique('except')}", b"m")
     assert (resp.status, resp.body) == (200, b"OK")
     assert https_rejected(https_address(nsqd), certs.client_context("self-signed"))
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(pub_cmd("t", b"m"))
         conn.expect_error("E_INVALID cannot PUB in current state (TLS required)")
 
@@ -383,7 +385,7 @@ def test_tls_required_refuses_plain_commands(
 ) -> None:
     """§2.6, §9.2 31: every command but IDENTIFY needs TLS first (fatal)."""
     nsqd = daemons.get(*policy)
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         conn.send(cmd)
         conn.expect_error(f"E_INVALID cannot {name} in current state (TLS required)")
 
@@ -392,7 +394,7 @@ def test_tls_required_allows_identify_then_needs_the_upgrade(
     daemons: Daemons, certs: Certs
 ) -> None:
     nsqd = daemons.get(*TLS_REQUIRED)
-    with LayeredConn(nsqd.tcp_address) as conn:
+    with NsqConn(nsqd.tcp_address) as conn:
         response = conn.negotiate()  # IDENTIFY is allowed; without tls_v1 nothing changes
         assert response["tls_v1"] is False
         conn.send(command("SUB t ch"))
@@ -406,7 +408,7 @@ def test_tls_required_allows_identify_then_needs_the_upgrade(
             "POST",
             f"/pub?topic={topic}",
             b"over https",
-            certs.client_context(),
+            tls_context=certs.client_context(),
         )
         assert resp.status == 200
         assert conn.expect_message().body == b"over https"
@@ -457,8 +459,8 @@ async def test_nsqpy_client_over_tls_with_a_client_certificate(
 
 def test_garbage_instead_of_a_client_hello(daemons: Daemons) -> None:
     nsqd = daemons.get()
-    with LayeredConn(nsqd.tcp_address) as conn:
-        assert conn.identify(tls_v1=True)["tls_v1"] is True
+    with NsqConn(nsqd.tcp_address) as conn:
+        assert conn.identify_json(tls_v1=True)["tls_v1"] is True
         conn.send_raw(b"GET / HTTP/1.1\r\n\r\n" + os.urandom(512))
         conn.expect_closed()
     assert alive(nsqd)
@@ -491,8 +493,8 @@ def test_garbage_after_the_handshake(daemons: Daemons, certs: Certs) -> None:
 def test_tls_handshake_deadline(daemons: Daemons) -> None:
     """§1.3: a client that asks for TLS and never shakes hands is dropped after 5 s."""
     nsqd = daemons.get()
-    with LayeredConn(nsqd.tcp_address) as conn:
-        assert conn.identify(tls_v1=True)["tls_v1"] is True
+    with NsqConn(nsqd.tcp_address) as conn:
+        assert conn.identify_json(tls_v1=True)["tls_v1"] is True
         started = time.monotonic()
         conn.expect_closed(timeout=8.0)
         assert 4.0 <= time.monotonic() - started <= 7.0
@@ -505,9 +507,9 @@ def test_random_bytes_on_many_tls_connections(daemons: Daemons, certs: Certs) ->
     before = proc_status_kib(nsqd.pid, "VmRSS")
     hello = _client_hello(certs)
     for i in range(60):
-        conn = LayeredConn(nsqd.tcp_address)
+        conn = NsqConn(nsqd.tcp_address)
         try:
-            conn.identify(tls_v1=True)
+            conn.identify_json(tls_v1=True)
             kind = i % 4
             if kind == 0:  # a truncated ClientHello, then close
                 conn.send_raw(hello[: rng.randrange(1, len(hello))])

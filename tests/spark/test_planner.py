@@ -3,9 +3,6 @@ read limits, minimum batch size with a deadline, AvailableNow's target, commit, 
 
 from __future__ import annotations
 
-import json
-import socket
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,7 @@ from nsqpy.spark.plan import read_tasks
 from nsqpy.spark.source import FULL_SCHEMA, NSQPartition, NSQStreamReader
 from nsqpy.spark.staging import StagingError
 
+from ..raw_v2 import NsqConn
 from .helpers import NSQCluster, depth, make_topic, post, publish, tcp, unique, wait_for
 
 CHANNEL = "spark"
@@ -104,17 +102,12 @@ def test_available_now_stops_at_the_depth_seen_when_it_started(
 
 def _hold_in_flight(nsqd: Any, topic: str, count: int, msg_timeout_ms: int) -> None:
     """Take ``count`` messages of the channel in flight and drop them: they time out back."""
-    with socket.create_connection(nsqd.tcp_address, timeout=10) as sock:
-        identify = json.dumps({"msg_timeout": msg_timeout_ms}).encode()
-        sock.sendall(b"  V2IDENTIFY\n" + struct.pack(">I", len(identify)) + identify)
-        sock.sendall(f"SUB {topic} {CHANNEL}\nRDY {count}\n".encode())
-        reader = sock.makefile("rb")
-        frames: list[int] = []
-        while len(frames) < count + 2:  # the IDENTIFY and SUB answers, then the messages
-            size, frame_type = struct.unpack(">II", reader.read(8))
-            reader.read(size - 4)
-            frames.append(frame_type)
-        assert frames[:2] == [0, 0] and frames[2:] == [2] * count
+    with NsqConn(nsqd.tcp_address) as conn:
+        conn.identify(msg_timeout=msg_timeout_ms)
+        conn.sub(topic, CHANNEL)
+        conn.rdy(count)
+        for _ in range(count):
+            conn.expect_message()
 
 
 def _drain_available_now(stream: NSQStreamReader, start: dict[str, Any]) -> list[int]:

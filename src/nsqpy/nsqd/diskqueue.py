@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-__all__ = ["DiskQueue", "DiskQueueError", "DiskQueuePositions", "LogFunc"]
+__all__ = ["DiskQueue", "DiskQueueError", "DiskQueuePositions", "LogFunc", "queue_names"]
 
 LogFunc = Callable[[str, str], None]
 
@@ -122,6 +122,15 @@ class _SyncResult:
         self.job = job
         self.ok = ok
         self.errors = errors  # (level, message) pairs, logged on the loop thread
+
+
+#: the name of a queue's metadata or data file (``.bad`` files, renamed after corruption, are not)
+_QUEUE_FILE = re.compile(r"(?P<name>.+)\.diskqueue\.(?:meta|\d{6})\.dat")
+
+
+def queue_names(data_path: str) -> set[str]:
+    """The names of every disk queue with a metadata or data file in ``data_path``."""
+    return {m["name"] for m in map(_QUEUE_FILE.fullmatch, os.listdir(data_path)) if m}
 
 
 class DiskQueue:

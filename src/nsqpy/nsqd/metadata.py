@@ -11,7 +11,6 @@ import fcntl
 import json
 import os
 import random
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +20,6 @@ if TYPE_CHECKING:
     from .topic import Topic
 
 METADATA_FILE = "nsqd.dat"
-
-#: a go-diskqueue file: ``<name>.diskqueue.meta.dat`` or ``<name>.diskqueue.NNNNNN.dat``
-_QUEUE_FILE = re.compile(r"(?P<name>.+)\.diskqueue\.(?:meta|\d{6})\.dat")
 
 
 @dataclass
@@ -51,21 +47,6 @@ def snapshot(topics: list[Topic]) -> bytes:
         entries.append({"name": topic.name, "paused": topic.paused, "channels": channels or None})
     body = {"topics": entries or None, "version": NSQ_VERSION}
     return json.dumps(body, separators=(",", ":")).encode()
-
-
-def queues_on_disk(data_path: str) -> list[tuple[str, str | None]]:
-    """``(topic, channel)`` (channel None for a topic's own queue) of every disk queue in
-    ``data_path``, in name order. A channel's queue is named ``<topic>:<channel>``."""
-    names = set()
-    for entry in os.listdir(data_path):
-        match = _QUEUE_FILE.fullmatch(entry)
-        if match:
-            names.add(match["name"])
-    queues: list[tuple[str, str | None]] = []
-    for name in sorted(names):
-        topic, sep, channel = name.partition(":")
-        queues.append((topic, channel if sep else None))
-    return queues
 
 
 def write_atomically(path: str, data: bytes) -> None:

@@ -22,7 +22,7 @@ from .backend import Backend, NullBackend
 from .channel import Channel
 from .client_v2 import ClientV2
 from .deferred_store import DeferredRecord
-from .diskqueue import DiskQueue, DiskQueueError
+from .diskqueue import DiskQueue, DiskQueueError, queue_names
 from .errors import BackendWriteError
 from .identify import apply_identify, negotiate
 from .lookup import LookupPeers, nsqd_identity
@@ -440,22 +440,24 @@ class NSQD:
         """Bring back topics and channels whose disk queue exists but ``nsqd.dat`` misses.
 
         ``nsqd.dat`` is written a moment after a topic is created, so a crash in between leaves
-        acknowledged messages in a queue that Go nsqd would never open again. Deleting a topic
-        or channel removes its queue files first, so a queue on disk is one that still exists.
+        acknowledged messages in a queue that Go opens only once the topic is used again.
+        Deleting a topic or channel removes its queue files first, so a queue on disk is one
+        that still exists.
         """
-        for topic_name, channel_name in metadata.queues_on_disk(self.data_path):
-            names = [topic_name] if channel_name is None else [topic_name, channel_name]
+        for queue in sorted(queue_names(self.data_path)):  # a topic before its channels
+            topic_name, _, channel_name = queue.partition(":")  # new_channel's queue name
+            names = [topic_name, channel_name] if channel_name else [topic_name]
             if not all(is_valid_name(name) for name in names):
                 continue
             topic = self.topics.get(topic_name)
-            if topic is not None and (channel_name is None or channel_name in topic.channels):
+            if topic is not None and (not channel_name or channel_name in topic.channels):
                 continue
             what = f"TOPIC({topic_name})"
-            if channel_name is not None:
+            if channel_name:
                 what += f": CHANNEL({channel_name})"
             self.logger.warn(f"{what}: found on disk but not in {metadata.METADATA_FILE}, restored")
             topic = self.get_topic(topic_name)
-            if channel_name is not None:
+            if channel_name:
                 topic.get_channel(channel_name)
 
     def persist_metadata(self) -> None:

@@ -140,13 +140,12 @@ class Staging:
         return table
 
     def row_count(self, key: str) -> int | None:
-        """How many rows ``key`` staged (read from the file's footer), or None if absent."""
+        """How many rows ``key`` staged, or None if absent or unreadable."""
         try:
-            with pa.memory_map(str(self.file(key))) as source:
-                reader = pa.ipc.open_file(source)
-                return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
-        except (FileNotFoundError, pa.ArrowInvalid, OSError):
+            table = self.load(key)  # memory-mapped: the rows are not copied
+        except StagingError:
             return None
+        return None if table is None else table.num_rows
 
     def discard(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -36,11 +36,14 @@ class Channel:
         "_rr",
         "backend",
         "clients",
+        "dead_letter_count",
+        "dead_letter_suffix",
         "deferred",
         "e2e",
         "ephemeral",
         "exiting",
         "in_flight",
+        "max_attempts",
         "mem_capacity",
         "memory_queue",
         "message_count",
@@ -77,6 +80,10 @@ class Channel:
         self.e2e = nsqd.new_e2e_stream()
         # IDs of deferred messages restored at start-up whose disk copies must be skipped.
         self.skip_ids: set[bytes] = set()
+        # nsqpy dead-lettering (dead_letter.py): 0 = off, Go's behaviour
+        self.max_attempts = 0
+        self.dead_letter_suffix = ""
+        self.dead_letter_count = 0
 
     # ------------------------------------------------------------------ consumers
 
@@ -225,6 +232,8 @@ class Channel:
         msg = self._pop_in_flight(client, msg_id)
         msg.client = None
         self.requeue_count += 1
+        if self.max_attempts and msg.attempts >= self.max_attempts and self._dead_letter(msg):
+            return
         if delay == 0:
             if self.exiting:
                 raise ChannelError("exiting")
@@ -270,8 +279,15 @@ class Channel:
             msg.client = None
             if owner is not None:
                 owner.timed_out_message()
+            if self.max_attempts and msg.attempts >= self.max_attempts and self._dead_letter(msg):
+                continue
             self.requeue(msg)
         return bool(expired)
+
+    def _dead_letter(self, msg: Message) -> bool:
+        """nsqpy --max-attempts: move ``msg`` to the dead-letter topic (True) or, if that
+        fails, leave it to be requeued (False)."""
+        return self.nsqd.dead_letters.divert(self, msg)
 
     # ------------------------------------------------------------------ deferred
 

@@ -30,6 +30,7 @@ from ..internal.http_api import (
     v1_text,
 )
 from ..protocol import ProtocolError, is_valid_channel_name, is_valid_topic_name, parse_mpub_body
+from . import beyond_http
 from .errors import BackendWriteError
 from .options import Options
 from .stats import get_stats, memory_stats, stats_json, stats_text
@@ -90,12 +91,15 @@ class HTTPServer:
             ("PUT", "/config/{opt}", self.config),
             ("PUT", "/debug/setblockrate", self.debug_noop),
             ("POST", "/debug/freememory", self.debug_noop),
+            *beyond_http.routes(self),  # nsqpy additions (docs/beyond-go.md)
         ]
 
     # ------------------------------------------------------------------ basics
 
     async def ping(self, request: web.Request) -> web.Response:
         health = self.nsqd.health_error
+        if self.nsqd.draining:  # nsqpy --drain-timeout: readiness probes see it (drain.py)
+            return plain_text("DRAINING", 503)
         if health is not None:
             return plain_text(f"NOK - {health}", 500)
         return plain_text("OK")
@@ -157,6 +161,8 @@ class HTTPServer:
             if defer_ms < 0 or defer_ms > round(opts.max_req_timeout * 1000):
                 raise ApiError(400, "INVALID_DEFER")
             delay = defer_ms / 1000
+        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
+            raise ApiError(503, "DRAINING")
         msg = topic.new_message(body)
         msg.deferred = delay
         syncs = self.nsqd.running_syncs()
@@ -202,6 +208,8 @@ class HTTPServer:
                 if len(line) > opts.max_msg_size:
                     raise ApiError(413, "MSG_TOO_BIG")
                 bodies.append(line)
+        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
+            raise ApiError(503, "DRAINING")
         syncs = self.nsqd.running_syncs()
         try:
             with self.nsqd.batched_writes():

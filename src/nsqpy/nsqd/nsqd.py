@@ -21,6 +21,7 @@ from .auth import AuthClient, Authenticator
 from .backend import Backend, NullBackend
 from .channel import Channel
 from .client_v2 import ClientV2
+from .dead_letter import DeadLetters
 from .deferred_store import DeferredRecord
 from .diskqueue import DiskQueue, DiskQueueError, queue_names
 from .errors import BackendWriteError
@@ -89,6 +90,9 @@ class NSQD:
         # topics still pre-creating channels from nsqlookupd; Go answers the command that
         # created the topic only after that, so we acknowledge after it too
         self._starting: dict[str, asyncio.Task[None]] = {}
+        # nsqpy beyond Go (docs/beyond-go.md): set by drain.start_draining on SIGTERM
+        self.draining = False
+        self.dead_letters = DeadLetters(self)
 
     def _validate(self) -> None:
         """Go's New(): option checks, in its order (after the data-path lock)."""
@@ -156,6 +160,7 @@ class NSQD:
             tcp_sock = listen_socket(opts.tcp_address, allow_unix=True)
         except ListenError as exc:
             raise NSQDError(INSTANTIATE + str(exc)) from None
+        self.dead_letters.load()  # nsqpy: per-channel settings before channels exist
         try:
             self.load_metadata()
         except ValueError as exc:
@@ -256,6 +261,7 @@ class NSQD:
         for topic in list(self.topics.values()):
             topic.close()
         self._save_deferred()
+        self.dead_letters.close()
         self._io.shutdown(wait=True)
         self._dir_lock.unlock()
         self._stopped.set()
@@ -308,6 +314,7 @@ class NSQD:
     def new_channel(self, topic: Topic, name: str) -> Channel:
         backend = self.new_backend(f"{topic.name}:{name}", ephemeral=name.endswith("#ephemeral"))
         channel = Channel(topic, name, self, backend)
+        self.dead_letters.apply(channel)
         self.logger.info(f"TOPIC({topic.name}): new channel({name})")
         return channel
 
@@ -354,6 +361,8 @@ class NSQD:
 
     def topic_deleted(self, topic: Topic) -> None:
         self._notify_lookupd(topic.name, None, register=False)
+        if self.dead_letters.overrides:
+            self.dead_letters.forget(topic.name)
         if not topic.ephemeral:
             self.persist_metadata()
 
@@ -364,6 +373,8 @@ class NSQD:
 
     def channel_deleted(self, topic: Topic, channel: Channel) -> None:
         self._notify_lookupd(topic.name, channel.name, register=False)
+        if self.dead_letters.overrides:
+            self.dead_letters.forget(topic.name, channel.name)
         if not channel.ephemeral and not topic.ephemeral:
             self.persist_metadata()
 
@@ -393,6 +404,8 @@ class NSQD:
     def _registrations(self) -> list[tuple[str, str | None]]:
         """What every (re)connect to a lookupd registers: each channel, or a bare topic."""
         out: list[tuple[str, str | None]] = []
+        if self.draining:  # nsqpy drain: stay unregistered across reconnects
+            return out
         for topic in self.topics.values():
             if topic.channels:
                 out.extend((topic.name, name) for name in topic.channels)
@@ -401,7 +414,7 @@ class NSQD:
         return out
 
     def _notify_lookupd(self, topic: str, channel: str | None, register: bool) -> None:
-        if self.lookup is not None:
+        if self.lookup is not None and not self.draining:
             self.lookup.notify(topic, channel, register)
 
     def lookupd_addresses_changed(self) -> None:

@@ -270,3 +270,43 @@ class Options(CommonOptions):
         DURATION,
         "[nsqpy] how often the list of channels to scan is refreshed",
     )
+
+    # ---- nsqpy beyond Go (docs/beyond-go.md): each is off or additive by default
+    metrics: bool = option(
+        "metrics",
+        True,
+        BOOL,
+        "[nsqpy] serve Prometheus metrics at /metrics on the HTTP port (additive route)",
+    )
+    metrics_exclude_ephemeral: bool = option(
+        "metrics-exclude-ephemeral",
+        False,
+        BOOL,
+        "[nsqpy] skip ephemeral topics and channels in /metrics",
+    )
+    max_attempts: int = option(
+        "max-attempts",
+        0,
+        INT,
+        "[nsqpy] dead-letter a message instead of delivering it more than this many times "
+        "(0 = off, Go's behaviour; per channel with POST /channel/config)",
+    )
+    dead_letter_topic_suffix: str = option(
+        "dead-letter-topic-suffix",
+        ".dead",
+        STR,
+        "[nsqpy] dead-lettered messages of topic T go to topic T<suffix>",
+    )
+    enable_inspect: bool = option(
+        "enable-inspect",
+        False,
+        BOOL,
+        "[nsqpy] serve /topic/peek, /channel/peek, /channel/inflight and /channel/deferred",
+    )
+    drain_timeout: float = option(
+        "drain-timeout",
+        0.0,
+        DURATION,
+        "[nsqpy] on SIGTERM refuse publishes, leave nsqlookupd and keep delivering until the "
+        "channels are empty or this long (0 = shut down at once, as Go)",
+    )

@@ -358,6 +358,8 @@ class ProtocolV2:
         topic = self.nsqd.get_topic(topic_name)
         msg = topic.new_message(body)
         msg.deferred = delay
+        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
+            raise ProtocolError(f"E_{name}_FAILED", f"{name} failed draining")
         syncs = self.nsqd.running_syncs()
         try:
             topic.put_message(msg)
@@ -394,6 +396,8 @@ class ProtocolV2:
             raise ProtocolError("E_BAD_BODY", f"MPUB body too big {size} > {opts.max_body_size}")
         assert command.body is not None
         bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
+        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
+            raise ProtocolError("E_MPUB_FAILED", "MPUB failed draining")
         msgs = topic.new_messages(bodies)
         syncs = self.nsqd.running_syncs()
         try:

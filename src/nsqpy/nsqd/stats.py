@@ -121,7 +121,7 @@ def channel_stats(nsqd: NSQD, channel: Channel, include_clients: bool) -> dict[s
         clients = [client_stats(c) for c in sorted(channel.clients.values(), key=lambda c: c.id)]
     quantiles = nsqd.options.e2e_processing_latency_percentiles
     e2e = [channel.e2e] if channel.e2e is not None else []
-    return {
+    stats = {
         "channel_name": channel.name,
         "depth": channel.depth(),
         "backend_depth": channel.backend.depth(),
@@ -135,6 +135,10 @@ def channel_stats(nsqd: NSQD, channel: Channel, include_clients: bool) -> dict[s
         "paused": channel.paused,
         "e2e_processing_latency": e2e_result(e2e, quantiles),
     }
+    if channel.max_attempts or channel.dead_letter_count:  # nsqpy dead-lettering: extra keys
+        stats["max_attempts"] = channel.max_attempts
+        stats["dead_letter_count"] = channel.dead_letter_count
+    return stats
 
 
 def topic_stats(

@@ -1,0 +1,148 @@
+"""nsqd's HTTP routes beyond Go (docs/beyond-go.md), added to the route table by http.py.
+
+``/metrics`` (on unless ``--metrics=false``), ``/channel/config`` and ``/dead_letter`` (additive,
+inert until used), and with ``--enable-inspect`` the peek and listing routes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from ..internal.http_api import ApiError, RouteHandler, v1_json
+from ..internal.metrics import metrics_handler
+from . import inspect
+from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
+from .metrics import build_registry
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .http import HTTPServer
+
+#: Largest ``n`` a peek answers (each message is read and encoded for the response).
+MAX_PEEK = 1000
+
+
+def routes(server: HTTPServer) -> list[tuple[str, str, RouteHandler]]:
+    nsqd = server.nsqd
+    handlers = BeyondHandlers(server)
+    out: list[tuple[str, str, RouteHandler]] = [
+        ("GET", "/channel/config", handlers.channel_config),
+        ("POST", "/channel/config", handlers.channel_config),
+        ("GET", "/dead_letter", handlers.dead_letter),
+    ]
+    if nsqd.options.metrics:
+        out.append(("GET", "/metrics", metrics_handler(build_registry(nsqd))))
+    if nsqd.options.enable_inspect:
+        out += [
+            ("GET", "/topic/peek", handlers.topic_peek),
+            ("GET", "/channel/peek", handlers.channel_peek),
+            ("GET", "/channel/inflight", handlers.channel_inflight),
+            ("GET", "/channel/deferred", handlers.channel_deferred),
+        ]
+    return out
+
+
+class BeyondHandlers:
+    def __init__(self, server: HTTPServer) -> None:
+        self.server = server
+        self.nsqd = server.nsqd
+
+    def _channel(self, request: web.Request) -> Channel:
+        from .http import query
+
+        topic, name = self.server._channel_args(query(request))
+        channel = topic.get_existing_channel(name)
+        if channel is None:
+            raise ApiError(404, "CHANNEL_NOT_FOUND")
+        return channel
+
+    # ------------------------------------------------------------------ dead-lettering
+
+    async def channel_config(self, request: web.Request) -> web.Response:
+        """GET: a channel's dead-letter settings; POST with ``max_attempts`` and/or
+        ``dead_letter_topic_suffix``: change them (kept in nsqpy.channel_config.json)."""
+        from .http import first, query
+
+        params = query(request)
+        channel = self._channel(request)
+        if request.method == "POST":
+            max_attempts = channel.max_attempts
+            raw_max = first(params, "max_attempts")
+            if raw_max is not None:
+                try:
+                    max_attempts = int(raw_max, 10)
+                except ValueError:
+                    raise ApiError(400, "INVALID_MAX_ATTEMPTS") from None
+                if not 0 <= max_attempts <= 65535:
+                    raise ApiError(400, "INVALID_MAX_ATTEMPTS")
+            suffix = first(params, "dead_letter_topic_suffix")
+            if suffix is None:
+                suffix = channel.dead_letter_suffix
+            if not valid_suffix(suffix) or dead_letter_topic(channel.topic.name, suffix) is None:
+                raise ApiError(400, "INVALID_DEAD_LETTER_TOPIC_SUFFIX")
+            self.nsqd.dead_letters.configure(channel, max_attempts, suffix)
+        return v1_json(DeadLetters.settings(channel))
+
+    async def dead_letter(self, request: web.Request) -> web.Response:
+        """The history of a dead-lettered message (``id``), or the latest of a dead-letter
+        topic (``topic``, at most ``n``)."""
+        from .http import first, query
+
+        params = query(request)
+        msg_id = first(params, "id")
+        if msg_id is not None:
+            entry = self.nsqd.dead_letters.lookup(msg_id)
+            if entry is None:
+                raise ApiError(404, "MESSAGE_NOT_FOUND")
+            return v1_json(entry)
+        topic = first(params, "topic")
+        if topic is None:
+            raise ApiError(400, "MISSING_ARG_ID")
+        limit = _count(first(params, "n"), 100)
+        return v1_json({"messages": self.nsqd.dead_letters.latest(topic, limit)})
+
+    # ------------------------------------------------------------------ inspection
+
+    async def topic_peek(self, request: web.Request) -> web.Response:
+        from .http import first, query
+
+        params = query(request)
+        topic = self.server._existing_topic(params, validate=True)
+        msgs = inspect.peek_topic(topic, _count(first(params, "n"), 1))
+        return _messages(msgs, first(params, "format"))
+
+    async def channel_peek(self, request: web.Request) -> web.Response:
+        from .http import first, query
+
+        params = query(request)
+        channel = self._channel(request)
+        msgs = inspect.peek_channel(channel, _count(first(params, "n"), 1))
+        return _messages(msgs, first(params, "format"))
+
+    async def channel_inflight(self, request: web.Request) -> web.Response:
+        channel = self._channel(request)
+        return v1_json({"messages": inspect.in_flight(self.nsqd, channel)})
+
+    async def channel_deferred(self, request: web.Request) -> web.Response:
+        channel = self._channel(request)
+        return v1_json({"messages": inspect.deferred(self.nsqd, channel)})
+
+
+def _count(raw: str | None, default: int) -> int:
+    if raw is None:
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ApiError(400, "INVALID_N") from None
+    if not 1 <= value <= MAX_PEEK:
+        raise ApiError(400, "INVALID_N")
+    return value
+
+
+def _messages(msgs: list[inspect.Message], fmt: str | None) -> web.Response:
+    if fmt == "raw":
+        return web.Response(body=inspect.raw(msgs), content_type="application/octet-stream")
+    return v1_json({"messages": [inspect.describe(m) for m in msgs]})

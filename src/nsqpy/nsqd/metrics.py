@@ -1,0 +1,181 @@
+"""nsqd's Prometheus ``/metrics`` (nsqpy addition; docs/beyond-go.md).
+
+Built at scrape time from the same figures as ``/stats`` (``stats.get_stats``), so nothing is
+counted per message for it. Names and labels follow lovoo/nsq_exporter (``nsq_topic_*`` with
+``type, topic, paused``; ``nsq_channel_*`` with ``type, topic, channel, paused``;
+``nsq_client_*``), so dashboards built on it find their series. Where the exporter exposes a
+monotonic count as a gauge, this is a counter: prometheus_client names its sample
+``<name>_total`` (``nsq_topic_message_count_total``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+
+from ..internal.metrics import Families, bool_label, new_registry
+from ..protocol.names import is_ephemeral
+from .stats import get_stats
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+TOPIC_LABELS = ("type", "topic", "paused")
+CHANNEL_LABELS = ("type", "topic", "channel", "paused")
+CLIENT_LABELS = (
+    "topic",
+    "channel",
+    "deflate",
+    "snappy",
+    "tls",
+    "client_id",
+    "hostname",
+    "version",
+    "remote_address",
+)
+
+_TOPIC_GAUGES = (
+    ("depth", "depth", "Queue depth (memory + backend)"),
+    ("backend_depth", "backend_depth", "Queue backend (disk) depth"),
+)
+_CHANNEL_GAUGES = (
+    ("depth", "depth", "Queue depth (memory + backend)"),
+    ("backend_depth", "backend_depth", "Queue backend (disk) depth"),
+    ("in_flight_count", "in_flight_count", "Messages in flight"),
+    ("deferred_count", "deferred_count", "Deferred messages"),
+    ("client_count", "client_count", "Number of consumers"),
+)
+_CHANNEL_COUNTERS = (
+    ("message_count", "message_count", "Messages put on the channel"),
+    ("requeue_count", "requeue_count", "Messages requeued (REQ)"),
+    ("timeout_count", "timeout_count", "Messages that timed out in flight"),
+)
+_CLIENT_GAUGES = (
+    ("state", "state", "State of client"),
+    ("ready_count", "ready_count", "Ready count"),
+    ("in_flight_count", "in_flight_count", "In flight count"),
+    ("connect_ts", "connect_ts", "Connect timestamp"),
+    ("sample_rate", "sample_rate", "Sample rate"),
+)
+_CLIENT_COUNTERS = (
+    ("message_count", "message_count", "Messages sent to the client"),
+    ("finish_count", "finish_count", "Messages finished by the client"),
+    ("requeue_count", "requeue_count", "Messages requeued by the client"),
+)
+
+
+def build_registry(nsqd: NSQD) -> CollectorRegistry:
+    return new_registry(lambda families: collect(nsqd, families))
+
+
+def collect(nsqd: NSQD, out: Families) -> None:
+    exclude_ephemeral = nsqd.options.metrics_exclude_ephemeral
+    topics, _ = get_stats(nsqd, "", "", include_clients=True)
+    process_metrics(nsqd, out, len(topics or []))
+    for topic in topics or []:
+        name = topic["topic_name"]
+        if exclude_ephemeral and is_ephemeral(name):
+            continue
+        topic_metrics(topic, out)
+        for channel in topic["channels"]:
+            if exclude_ephemeral and is_ephemeral(channel["channel_name"]):
+                continue
+            channel_metrics(name, channel, out)
+
+
+def process_metrics(nsqd: NSQD, out: Families, topic_count: int) -> None:
+    out.gauge(
+        "nsq_uptime_seconds", "Seconds since nsqd started", (), (), time.time() - nsqd.start_time
+    )
+    out.gauge(
+        "nsq_health", "1 if nsqd is healthy (/ping OK), else 0", (), (), nsqd.health_error is None
+    )
+    out.gauge("nsq_draining", "1 while nsqd drains before shutting down", (), (), nsqd.draining)
+    out.gauge("nsq_client_connections", "Open TCP client connections", (), (), len(nsqd.clients))
+    out.gauge("nsq_topic_count", "Number of topics", (), (), topic_count)
+
+
+def topic_metrics(topic: dict[str, Any], out: Families) -> None:
+    labels = ("topic", topic["topic_name"], bool_label(topic["paused"]))
+    out.gauge(
+        "nsq_topic_channel_count",
+        "Number of channels",
+        TOPIC_LABELS,
+        labels,
+        len(topic["channels"]),
+    )
+    for key, name, doc in _TOPIC_GAUGES:
+        out.gauge(f"nsq_topic_{name}", doc, TOPIC_LABELS, labels, topic[key])
+    out.counter(
+        "nsq_topic_message_count",
+        "Messages published",
+        TOPIC_LABELS,
+        labels,
+        topic["message_count"],
+    )
+    out.counter(
+        "nsq_topic_message_bytes",
+        "Bytes of message bodies published",
+        TOPIC_LABELS,
+        labels,
+        topic["message_bytes"],
+    )
+    e2e_metrics("nsq_topic", TOPIC_LABELS, labels, topic["e2e_processing_latency"], out)
+
+
+def channel_metrics(topic_name: str, channel: dict[str, Any], out: Families) -> None:
+    labels = ("channel", topic_name, channel["channel_name"], bool_label(channel["paused"]))
+    for key, name, doc in _CHANNEL_GAUGES:
+        out.gauge(f"nsq_channel_{name}", doc, CHANNEL_LABELS, labels, channel[key])
+    for key, name, doc in _CHANNEL_COUNTERS:
+        out.counter(f"nsq_channel_{name}", doc, CHANNEL_LABELS, labels, channel[key])
+    dead = channel.get("dead_letter_count")
+    if dead is not None:
+        out.counter(
+            "nsq_channel_dead_letter_count",
+            "Messages moved to the dead-letter topic",
+            CHANNEL_LABELS,
+            labels,
+            dead,
+        )
+    e2e_metrics("nsq_channel", CHANNEL_LABELS, labels, channel["e2e_processing_latency"], out)
+    for client in channel["clients"] or []:
+        client_metrics(topic_name, channel["channel_name"], client, out)
+
+
+def client_metrics(topic: str, channel: str, client: dict[str, Any], out: Families) -> None:
+    labels = (
+        topic,
+        channel,
+        bool_label(client["deflate"]),
+        bool_label(client["snappy"]),
+        bool_label(client["tls"]),
+        client["client_id"],
+        client["hostname"],
+        client["version"],
+        client["remote_address"],
+    )
+    for key, name, doc in _CLIENT_GAUGES:
+        out.gauge(f"nsq_client_{name}", doc, CLIENT_LABELS, labels, client[key])
+    for key, name, doc in _CLIENT_COUNTERS:
+        out.counter(f"nsq_client_{name}", doc, CLIENT_LABELS, labels, client[key])
+
+
+def e2e_metrics(
+    prefix: str,
+    label_names: tuple[str, ...],
+    labels: tuple[str, ...],
+    e2e: dict[str, Any],
+    out: Families,
+) -> None:
+    """``--e2e-processing-latency-percentile`` results, in seconds, one series per quantile."""
+    for item in e2e["percentiles"] or []:
+        out.gauge(
+            f"{prefix}_e2e_processing_latency_seconds",
+            "End-to-end processing latency quantile over the window",
+            (*label_names, "quantile"),
+            (*labels, f"{item['quantile']:g}"),
+            item["value"] / 1e9,
+        )

@@ -12,13 +12,12 @@ from collections.abc import Callable, Iterable, Sequence
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from .http_api import RouteHandler
 
-#: The Content-Type of the text exposition format (version 0.0.4).
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: The classic text exposition format, which every Prometheus version scrapes.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Families:

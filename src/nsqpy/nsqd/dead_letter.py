@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .channel import Channel
     from .message import Message
     from .nsqd import NSQD
+    from .options import Options
 
 CONFIG_FILE = "nsqpy.channel_config.json"
 HISTORY_FILE = "nsqpy.dead_letters.jsonl"
@@ -55,6 +56,16 @@ def dead_letter_topic(topic: str, suffix: str) -> str | None:
     else:
         name = topic + suffix
     return name if is_valid_name(name) else None
+
+
+def validate_beyond_options(opts: Options) -> None:
+    """Start-up checks of the nsqpy-only options (ValueError: nsqd refuses to start)."""
+    if not 0 <= opts.max_attempts <= 65535:
+        raise ValueError("--max-attempts must be [0,65535]")
+    if not valid_suffix(opts.dead_letter_topic_suffix):
+        raise ValueError("--dead-letter-topic-suffix must be 1-63 characters of [.a-zA-Z0-9_-]")
+    if opts.drain_timeout < 0:
+        raise ValueError("--drain-timeout must not be negative")
 
 
 class DeadLetters:

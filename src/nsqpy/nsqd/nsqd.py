@@ -21,7 +21,7 @@ from .auth import AuthClient, Authenticator
 from .backend import Backend, NullBackend
 from .channel import Channel
 from .client_v2 import ClientV2
-from .dead_letter import DeadLetters
+from .dead_letter import DeadLetters, validate_beyond_options
 from .deferred_store import DeferredRecord
 from .diskqueue import DiskQueue, DiskQueueError, queue_names
 from .errors import BackendWriteError
@@ -111,6 +111,7 @@ class NSQD:
         for pct in opts.e2e_processing_latency_percentiles:
             if not 0 < pct <= 1:
                 raise ValueError(f"invalid E2E processing latency percentile: {pct:g}")
+        validate_beyond_options(opts)  # nsqpy additions (docs/beyond-go.md)
 
     def setup_tls(self) -> None:
         """Build the TLS server context from --tls-cert/--tls-key and the client policy."""

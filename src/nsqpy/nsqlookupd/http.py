@@ -22,7 +22,9 @@ from ..internal.http_api import (
     v1_errors,
     v1_json,
 )
+from ..internal.metrics import metrics_handler
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from .metrics import build_registry
 from .registration_db import GO_ZERO_TIME_NS, Registration, filter_active
 from .tcp import CLIENT_REGISTRATION
 
@@ -275,4 +277,6 @@ def make_app(lookupd: NSQLookupd) -> web.Application:
             ("POST", "/topic/tombstone", api.tombstone_topic_producer),
         ],
     )
+    if lookupd.options.metrics:  # nsqpy addition (docs/beyond-go.md)
+        add_routes(app, [("GET", "/metrics", metrics_handler(build_registry(lookupd)))])
     return app

@@ -82,10 +82,8 @@ def test_metrics_match_stats_for_topics_channels_and_clients(
     assert metrics["nsq_channel_requeue_count"][0] == "counter"
     assert metrics["nsq_channel_depth"][0] == "gauge"
     body = http_ok(nsqd, "GET", "/metrics").decode()
-    assert (
-        f'nsq_channel_requeue_count_total{{channel="work",paused="false",topic="{topic}",type="channel"}} 1.0'
-        in body
-    )
+    series = f'channel="work",paused="false",topic="{topic}",type="channel"'
+    assert f"nsq_channel_requeue_count_total{{{series}}} 1.0" in body
     consumer.close()
     pub.close()
 

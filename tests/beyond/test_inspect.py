@@ -1,0 +1,114 @@
+"""Peeking at queues (--enable-inspect) never changes what consumers get next."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from pathlib import Path
+from typing import Any
+
+from nsqpy.testing import DaemonProcess
+
+from ..raw_v2 import NsqConn, channel_stats, decode_message, http_ok, http_request, q, unique
+from .support import daemons, launch
+
+__all__ = ["daemons"]
+
+
+def peek(nsqd: DaemonProcess, path: str, **params: str) -> list[dict[str, Any]]:
+    resp = http_request(nsqd, "GET", f"{path}?{q(**params)}")
+    assert resp.status == 200, resp.body
+    messages = resp.json()["messages"]
+    assert isinstance(messages, list)
+    return messages
+
+
+def test_channel_peek_memory_then_disk_changes_nothing(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    nsqd = launch(daemons, tmp_path, "--enable-inspect", "--mem-queue-size=3")
+    topic = unique("peek")
+    http_ok(nsqd, "POST", "/topic/create?" + q(topic=topic))
+    http_ok(nsqd, "POST", "/channel/create?" + q(topic=topic, channel="c"))
+    bodies = [b"msg-%d" % i for i in range(8)]  # 3 in memory, 5 on disk
+    NsqConn(nsqd.tcp_address).mpub(topic, bodies)
+    before = channel_stats(nsqd, topic, "c")
+    assert before is not None and before["backend_depth"] == 5
+
+    first = peek(nsqd, "/channel/peek", topic=topic, channel="c", n="6")
+    again = peek(nsqd, "/channel/peek", topic=topic, channel="c", n="6")
+    assert first == again
+    assert [base64.b64decode(m["body"]) for m in first] == bodies[:6]
+    assert all(m["attempts"] == 0 and len(m["id"]) == 16 for m in first)
+    everything = peek(nsqd, "/channel/peek", topic=topic, channel="c", n="100")
+    assert [base64.b64decode(m["body"]) for m in everything] == bodies
+
+    raw = http_request(nsqd, "GET", "/channel/peek?" + q(topic=topic, channel="c", n="2", format="raw"))
+    assert raw.status == 200
+    records = []
+    data = raw.body
+    while data:
+        (size,) = struct.unpack(">i", data[:4])
+        records.append(decode_message(data[4 : 4 + size]))
+        data = data[4 + size :]
+    assert [r.body for r in records] == bodies[:2]
+    assert [r.id.decode() for r in records] == [m["id"] for m in first[:2]]
+
+    after = channel_stats(nsqd, topic, "c")
+    assert after is not None
+    for key in ("depth", "backend_depth", "in_flight_count", "requeue_count", "message_count"):
+        assert after[key] == before[key], key
+
+    consumer = NsqConn(nsqd.tcp_address)
+    consumer.sub(topic, "c")
+    consumer.rdy(8)
+    got = [consumer.expect_message() for _ in range(8)]
+    assert [m.body for m in got] == bodies  # same order
+    assert [m.id.decode() for m in got] == [m["id"] for m in everything]
+    assert all(m.attempts == 1 for m in got)  # peeking is not an attempt
+    consumer.close()
+
+
+def test_peek_after_partial_consumption_and_topic_peek(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    nsqd = launch(daemons, tmp_path, "--enable-inspect", "--mem-queue-size=0")
+    topic = unique("peek2")
+    NsqConn(nsqd.tcp_address).mpub(topic, [b"t%d" % i for i in range(5)])
+    topic_view = peek(nsqd, "/topic/peek", topic=topic, n="10")
+    assert [base64.b64decode(m["body"]) for m in topic_view] == [b"t%d" % i for i in range(5)]
+
+    consumer = NsqConn(nsqd.tcp_address)
+    consumer.sub(topic, "c")
+    consumer.rdy(2)
+    held = [consumer.expect_message() for _ in range(2)]
+    consumer.rdy(0)
+    rest = peek(nsqd, "/channel/peek", topic=topic, channel="c", n="10")
+    assert [base64.b64decode(m["body"]) for m in rest] == [b"t2", b"t3", b"t4"]
+    consumer.req(held[1].id, 60_000)
+    inflight = peek(nsqd, "/channel/inflight", topic=topic, channel="c")
+    assert [m["id"] for m in inflight] == [held[0].id.decode()]
+    assert inflight[0]["attempts"] == 1 and inflight[0]["deadline"] > held[0].timestamp
+    deferred = peek(nsqd, "/channel/deferred", topic=topic, channel="c")
+    assert [m["id"] for m in deferred] == [held[1].id.decode()] and deferred[0]["due"] > 0
+
+    consumer.fin(held[0].id)
+    consumer.rdy(10)
+    assert [consumer.expect_message().body for _ in range(3)] == [b"t2", b"t3", b"t4"]
+    consumer.close()
+
+
+def test_inspect_is_off_by_default_and_validates(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    for sub in ("plain", "on"):
+        (tmp_path / sub).mkdir()
+    plain = launch(daemons, tmp_path / "plain")
+    resp = http_request(plain, "GET", "/channel/peek?" + q(topic="a", channel="b"))
+    assert resp.status == 404 and resp.json() == {"message": "NOT_FOUND"}
+    nsqd = launch(daemons, tmp_path / "on", "--enable-inspect")
+    assert http_request(nsqd, "GET", "/topic/peek?" + q(topic="nope")).status == 404
+    http_ok(nsqd, "POST", "/topic/create?" + q(topic="x"))
+    assert http_request(nsqd, "GET", "/topic/peek?" + q(topic="x", n="0")).status == 400
+    assert http_request(nsqd, "GET", "/topic/peek?" + q(topic="x", n="abc")).status == 400
+    assert http_request(nsqd, "GET", "/channel/peek?" + q(topic="x", channel="y")).status == 404

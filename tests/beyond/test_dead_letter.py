@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 from nsqpy.testing import DaemonProcess
 
@@ -23,7 +24,7 @@ from .support import daemons, launch, scrape, value
 __all__ = ["daemons"]
 
 
-def get_json(nsqd: DaemonProcess, path: str) -> dict:  # type: ignore[type-arg]
+def get_json(nsqd: DaemonProcess, path: str) -> dict[str, Any]:
     resp = http_request(nsqd, "GET", path)
     assert resp.status == 200, (path, resp.status, resp.body)
     result = resp.json()
@@ -57,9 +58,9 @@ def test_boundary_attempts_n_delivered_then_dead_lettered(
         consumer.req(msg.id, 0)
     assert seen == [1, 2, 3]
     consumer.expect_nothing(0.3, allow_heartbeats=True)  # attempt 4 never happens
-    stats = wait_until(
-        lambda: (c := channel_stats(nsqd, topic, "work")) and c["dead_letter_count"] == 1 and c
-    )
+    wait_until(lambda: (channel_stats(nsqd, topic, "work") or {}).get("dead_letter_count") == 1)
+    stats = channel_stats(nsqd, topic, "work")
+    assert stats is not None
     assert stats["depth"] == 0 and stats["in_flight_count"] == 0 and stats["max_attempts"] == 3
     dead_topic = topic_stats(nsqd, topic + ".dead")
     assert dead_topic is not None and dead_topic["depth"] == 1
@@ -216,6 +217,7 @@ def test_sigkill_loses_nothing(daemons: list[DaemonProcess], tmp_path: Path) -> 
     nsqd.restart()
     c = wait_until(lambda: channel_stats(nsqd, topic, "c"))
     d = wait_until(lambda: topic_stats(nsqd, topic + ".dead"))
+    assert c is not None and d is not None
     left, dead_count = c["depth"], d["depth"]
     assert dead_count >= 30  # acknowledged by the counter before the kill: on disk
     consumer.close()

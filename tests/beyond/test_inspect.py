@@ -43,7 +43,9 @@ def test_channel_peek_memory_then_disk_changes_nothing(
     everything = peek(nsqd, "/channel/peek", topic=topic, channel="c", n="100")
     assert [base64.b64decode(m["body"]) for m in everything] == bodies
 
-    raw = http_request(nsqd, "GET", "/channel/peek?" + q(topic=topic, channel="c", n="2", format="raw"))
+    raw = http_request(
+        nsqd, "GET", "/channel/peek?" + q(topic=topic, channel="c", n="2", format="raw")
+    )
     assert raw.status == 200
     records = []
     data = raw.body

@@ -277,6 +277,6 @@ def make_app(lookupd: NSQLookupd) -> web.Application:
             ("POST", "/topic/tombstone", api.tombstone_topic_producer),
         ],
     )
-    if lookupd.options.metrics:  # nsqpy addition (docs/beyond-go.md)
-        add_routes(app, [("GET", "/metrics", metrics_handler(build_registry(lookupd)))])
+    # nsqpy addition (docs/beyond-go.md): an additive route; the flag set stays Go's
+    add_routes(app, [("GET", "/metrics", metrics_handler(build_registry(lookupd)))])
     return app

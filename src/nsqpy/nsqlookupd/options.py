@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from ..internal.flags import BOOL, DURATION, STR, CommonOptions, option
+from ..internal.flags import DURATION, STR, CommonOptions, option
 
 HOSTNAME = socket.gethostname()
 
@@ -42,10 +42,4 @@ class Options(CommonOptions):
         45.0,
         DURATION,
         "duration of time a producer will remain tombstoned if registration remains",
-    )
-    metrics: bool = option(
-        "metrics",
-        True,
-        BOOL,
-        "[nsqpy] serve Prometheus metrics at /metrics on the HTTP port (additive route)",
     )

@@ -186,10 +186,10 @@ def test_nsqlookupd_metrics(daemons: list[DaemonProcess], tmp_path: Path) -> Non
 
     def registered() -> bool:
         metrics = scrape(lookupd)
-        return (
-            metrics["nsqlookupd_topic_channel_count"][1].get((("topic", topic),)) == 1
-            and value(metrics, "nsqlookupd_topic_producer_count", topic=topic) == 1
-        )
+        key = (("topic", topic),)
+        channels = metrics.get("nsqlookupd_topic_channel_count", ("", {}))[1]
+        producers = metrics.get("nsqlookupd_topic_producer_count", ("", {}))[1]
+        return channels.get(key) == 1 and producers.get(key) == 1
 
     wait_until(registered, timeout=10)
     metrics = scrape(lookupd)

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from .. import version_line
 from ..internal import lg
 from ..internal.flags import TLS_NOT_REQUIRED, TLS_REQUIRED_ALL
-from ..internal.net import ListenError, format_address, listen_socket
+from ..internal.net import (
+    Admission,
+    ListenError,
+    RefusedConnection,
+    format_address,
+    listen_socket,
+    log_open_files_limit,
+)
 from ..protocol import MESSAGE_HEADER_LENGTH, is_valid_name
 from . import deferred_store, metadata
 from .auth import AuthClient, Authenticator
@@ -59,6 +66,9 @@ class NSQD:
         self.protocol = ProtocolV2(self)
         self.start_time = int(time.time())
         self.health_error: str | None = None
+        # faults (issue 14): repeating failures said once then summarised; descriptor reserve
+        self.fault_log = lg.RepeatSummary(self.logger)
+        self._admission: Admission | None = None
         self.exiting = False
         self.tcp_port = 0
         self.http_port = 0
@@ -152,6 +162,11 @@ class NSQD:
         self.protocol = ProtocolV2(self)  # after _validate, which may force TLS-required
         self.logger.info(version_line("nsqd"))
         self.logger.info(f"ID: {opts.node_id}")
+        log_open_files_limit(self.logger)  # faults (issue 14): as Go's runtime, soft = hard
+        self._admission = Admission(self.logger)
+        removed = metadata.remove_stale_temp_files(self.data_path)
+        if removed:
+            self.logger.info(f"NSQ: removed {len(removed)} stale temporary files")
         try:
             tcp_sock = listen_socket(opts.tcp_address, allow_unix=True)
         except ListenError as exc:
@@ -218,7 +233,9 @@ class NSQD:
         except ListenError as exc:
             raise NSQDError(INSTANTIATE + str(exc)) from None
 
-    def _new_client(self) -> ClientV2:
+    def _new_client(self) -> ClientV2 | RefusedConnection:
+        if self._admission is not None and not self._admission.admit():
+            return RefusedConnection()  # faults (issue 14): keep descriptors for HTTP and files
         self._client_seq += 1
         client = ClientV2(self, self._client_seq)
         self.clients[client.id] = client
@@ -258,6 +275,8 @@ class NSQD:
         self._save_deferred()
         self._io.shutdown(wait=True)
         self._dir_lock.unlock()
+        if self._admission is not None:
+            self._admission.close()
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
@@ -477,7 +496,9 @@ class NSQD:
         try:
             metadata.write_atomically(self.metadata_path, data)
         except OSError as exc:
-            self.logger.error(f"failed to persist metadata - {exc}")
+            self.fault_log.failed(metadata.METADATA_FILE, f"failed to persist metadata - {exc}")
+            return
+        self.fault_log.recovered(metadata.METADATA_FILE, "NSQ: persisted metadata again")
 
     def _write_metadata_now(self) -> None:
         self.logger.info(f"NSQ: persisting topic/channel metadata to {self.metadata_path}")
@@ -502,10 +523,12 @@ class NSQD:
             backend.put(msg.encode())
         except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
-            self.logger.error(f"{context} ERROR: failed to write message to backend - {exc}")
+            self.fault_log.failed(
+                backend.name, f"{context} ERROR: failed to write message to backend - {exc}"
+            )
             raise BackendWriteError(str(exc)) from None
-        if self.health_error is not None:
-            self.set_health(None)
+        if self.health_error is not None or self.fault_log.active:
+            self._backend_writable(backend)
         if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
             self._start_sync(backend)
 
@@ -539,14 +562,16 @@ class NSQD:
             backend.put_many([msg.encode() for msg in msgs])
         except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
-            self.logger.error(f"DISKQUEUE({backend.name}) ERROR: failed to write messages - {exc}")
+            self.fault_log.failed(
+                backend.name, f"DISKQUEUE({backend.name}) ERROR: failed to write messages - {exc}"
+            )
             if keep_in is None:
                 raise BackendWriteError(str(exc)) from None
             stored = exc.stored if isinstance(exc, DiskQueueError) else 0
             keep_in.extend(msgs[stored:])
             return
-        if self.health_error is not None:
-            self.set_health(None)
+        if self.health_error is not None or self.fault_log.active:
+            self._backend_writable(backend)
         if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
             self._start_sync(backend)
 
@@ -587,6 +612,11 @@ class NSQD:
     async def _ack_after(syncs: tuple[asyncio.Task[None], ...], response: bytes) -> bytes:
         await asyncio.wait(syncs)
         return response
+
+    def _backend_writable(self, backend: Backend) -> None:
+        """A write succeeded after failures: healthy again (as Go), and say the fault ended."""
+        self.set_health(None)
+        self.fault_log.recovered(backend.name, f"DISKQUEUE({backend.name}): writing again")
 
     def set_health(self, error: str | None) -> None:
         self.health_error = error

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from aiohttp import web
     from OpenSSL import SSL
 
+    from ..protocol.errors import ProtocolError
     from .message import Message
 
 
@@ -54,6 +55,11 @@ class NSQDError(Exception):
 
 
 INSTANTIATE = "failed to instantiate nsqd - "
+
+
+# faults (issue 14): the client errors a failing backend causes, summarised under one key
+_WRITE_FAILURE_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
+_REFUSED_WRITES = "refused-writes"
 
 
 class NSQD:
@@ -617,6 +623,16 @@ class NSQD:
         """A write succeeded after failures: healthy again (as Go), and say the fault ended."""
         self.set_health(None)
         self.fault_log.recovered(backend.name, f"DISKQUEUE({backend.name}): writing again")
+        self.fault_log.recovered(_REFUSED_WRITES, "clients' publishes succeed again")
+
+    def log_client_error(self, remote_address: str, err: ProtocolError) -> None:
+        """Go logs every error sent to a client; the refusals of a failing disk are said once
+        and then summarised, as one refused PUB per client attempt would flood the log."""
+        line = f"[{remote_address}] - {err}"
+        if err.code in _WRITE_FAILURE_CODES:
+            self.fault_log.failed(_REFUSED_WRITES, line)
+        else:
+            self.logger.error(line)
 
     def set_health(self, error: str | None) -> None:
         self.health_error = error

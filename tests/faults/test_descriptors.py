@@ -119,7 +119,7 @@ def test_nsqd_raises_the_soft_limit_and_serves_more_clients_than_it(
 ) -> None:
     nsqd = start_nsqd(daemons, tmp_path, soft=128, hard=2048)
     assert any("NOFILE: descriptor limit 2048 (hard 2048)" in line for line in nsqd.log_lines)
-    clients = []
+    clients: list[NsqConn] = []
     try:
         for _ in range(300):  # over twice the soft limit it was started with
             client = nsqd_client(nsqd)
@@ -143,11 +143,14 @@ def assert_refuses_then_recovers(
             refused += 1
         for _ in range(5):  # the operator still sees the daemon
             assert http_request(daemon, "GET", "/ping").status == 200
-            assert http_request(daemon, "GET", "/stats" if "nsqd" in daemon.module else "/info")
+            path = "/stats" if "nsqd" in daemon.module else "/info"
+            assert http_request(daemon, "GET", path).status == 200
         for client in served[:10]:
             close(client)
         del served[:10]
-        served.append(wait_until(connect, 10.0, "a connection served again"))
+        again = wait_until(connect, 10.0, "a connection served again")
+        assert again is not None
+        served.append(again)
     finally:
         for client in served:
             close(client)

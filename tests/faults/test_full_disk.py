@@ -140,3 +140,40 @@ def test_topic_and_channel_on_a_full_disk_hand_over_without_loss(
     received += consume_from(nsqd, "t", "c", len(second), timeout=30.0)
     assert Counter(m.body for m in received) == Counter(first + second)
     assert not list(disk.rglob("*.tmp"))
+
+
+def test_a_crash_during_the_fault_loses_no_acknowledged_message(
+    disk: Path, nsqd: DaemonProcess
+) -> None:
+    """SIGKILL while the disk is full to the last block and a consumer is half way through:
+    after a restart (space freed) every acknowledged message not yet finished comes back."""
+    http_ok(nsqd, "POST", "/topic/create?topic=t")
+    http_ok(nsqd, "POST", "/channel/create?topic=t&channel=c")
+    first, error = publish_until_refused(nsqd, "t", b"first", BODY_SIZE)
+    assert error == f"E_PUB_FAILED PUB failed {FULL}".encode()
+    filler = disk / "filler"
+    fill_disk(filler)
+    finished = consume_from(nsqd, "t", "c", len(first) // 2, timeout=30.0)
+    assert nsqd.kill() == -9
+    filler.unlink()
+    assert not list((disk / "data").glob("*.tmp"))
+
+    nsqd.start(15.0)
+    depth = (channel_stats(nsqd, "t", "c") or {})["depth"]
+    rest = consume_from(nsqd, "t", "c", depth, timeout=30.0)
+    got = Counter(m.body for m in finished + rest)
+    assert not Counter(first) - got, "acknowledged messages were lost"
+    assert not got - Counter(first), "messages that were never acknowledged came back"
+
+
+def test_stale_temporary_files_are_removed_at_start(disk: Path, nsqd: DaemonProcess) -> None:
+    data = disk / "data"
+    nsqd.stop()
+    stale = [data / "nsqd.dat.123.tmp", data / "t:c.diskqueue.meta.dat.456.tmp"]
+    for path in stale:
+        path.touch()
+    kept = data / "notes.tmp"  # not one of nsqd's: left alone
+    kept.touch()
+    nsqd.start(15.0)
+    assert not any(path.exists() for path in stale)
+    assert kept.exists()

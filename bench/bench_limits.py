@@ -221,14 +221,14 @@ def main() -> None:
     try:
         import uvloop
 
-        run = uvloop.run
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
-        run = asyncio.run
+        pass
     for name in names:
         with tempfile.TemporaryDirectory() as data_path:
             daemon = start_daemon(name, data_path)
             try:
-                run(measure(daemon, args.consumers, args.storm, args.timeout))
+                asyncio.run(measure(daemon, args.consumers, args.storm, args.timeout))
             finally:
                 daemon.stop()
         print(f"load average after {name}: {os.getloadavg()[0]:.2f}", flush=True)

@@ -4,6 +4,8 @@ to the last block, takes writes again by itself, and delivers every acknowledged
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,8 +60,6 @@ def nsqd(disk: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[DaemonProcess]
 def knock_while_full(nsqd: DaemonProcess, topic: str, seconds: float) -> int:
     """Keep publishing to a full disk for ``seconds`` (bounded); every PUB must be refused
     with NSQ's error. Returns how many were refused."""
-    import time
-
     refused = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and refused < 5000:
@@ -177,3 +177,27 @@ def test_stale_temporary_files_are_removed_at_start(disk: Path, nsqd: DaemonProc
     nsqd.start(15.0)
     assert not any(path.exists() for path in stale)
     assert kept.exists()
+
+
+def test_a_channel_created_on_a_full_disk_is_recorded_once_space_is_back(
+    disk: Path, nsqd: DaemonProcess
+) -> None:
+    """nsqd.dat cannot be written on a full disk: the write is retried (with a backoff) until
+    it succeeds, so the new channel survives a restart without any further change."""
+    http_ok(nsqd, "POST", "/topic/create?topic=t")
+    nsqd_dat = disk / "data" / "nsqd.dat"
+    wait_until(lambda: b'"t"' in nsqd_dat.read_bytes())
+    filler = disk / "filler"
+    fill_disk(filler)
+    http_ok(nsqd, "POST", "/channel/create?topic=t&channel=late")
+    wait_until(lambda: any("failed to persist metadata" in line for line in nsqd.log_lines))
+    assert b"late" not in nsqd_dat.read_bytes()
+    filler.unlink()
+
+    def recorded() -> bool:
+        topics = json.loads(nsqd_dat.read_bytes())["topics"]
+        return any(c["name"] == "late" for t in topics for c in t["channels"] or [])
+
+    wait_until(recorded, 15.0, "the channel in nsqd.dat")
+    assert any("persisted metadata again" in line for line in nsqd.log_lines)
+    assert not list(disk.rglob("*.tmp"))

@@ -75,6 +75,7 @@ class NSQD:
         # faults (issue 14): repeating failures said once then summarised; descriptor reserve
         self.fault_log = lg.RepeatSummary(self.logger)
         self._admission: Admission | None = None
+        self._metadata_retry = 0.0  # seconds before retrying a failed nsqd.dat write
         self.exiting = False
         self.tcp_port = 0
         self.http_port = 0
@@ -92,7 +93,7 @@ class NSQD:
         self._persist_scheduled = False
         # One worker keeps metadata writes (and their fsync) ordered and off the event loop.
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nsqd-io")
-        self._persisting: asyncio.Future[None] | None = None
+        self._persisting: asyncio.Future[OSError | None] | None = None
         self._deferred_records: dict[str, DeferredRecord] = {}
         self._syncing: dict[DiskQueue, asyncio.Task[None]] = {}
         self._write_batch: dict[Backend, tuple[deque[Message], list[Message]]] | None = None
@@ -497,18 +498,33 @@ class NSQD:
         data = metadata.snapshot(list(self.topics.values()))
         future = self.loop.run_in_executor(self._io, self._write_metadata, data)
         self._persisting = asyncio.ensure_future(future)
+        self._persisting.add_done_callback(self._metadata_written)
 
-    def _write_metadata(self, data: bytes) -> None:
+    def _write_metadata(self, data: bytes) -> OSError | None:
         try:
             metadata.write_atomically(self.metadata_path, data)
         except OSError as exc:
-            self.fault_log.failed(metadata.METADATA_FILE, f"failed to persist metadata - {exc}")
+            return exc
+        return None
+
+    def _metadata_written(self, done: asyncio.Future[OSError | None]) -> None:
+        """faults (issue 14): a failed write of nsqd.dat is said once and retried with a
+        backoff, so a topic or channel created on a full disk is recorded once space is back."""
+        error = None if done.cancelled() else done.result()
+        if error is None:
+            self._metadata_retry = 0.0
+            self.fault_log.recovered(metadata.METADATA_FILE, "NSQ: persisted metadata again")
             return
-        self.fault_log.recovered(metadata.METADATA_FILE, "NSQ: persisted metadata again")
+        self.fault_log.failed(metadata.METADATA_FILE, f"failed to persist metadata - {error}")
+        self._metadata_retry = min(5.0, max(0.1, self._metadata_retry * 2))
+        if not self.exiting:
+            self.loop.call_later(self._metadata_retry, self.persist_metadata)
 
     def _write_metadata_now(self) -> None:
         self.logger.info(f"NSQ: persisting topic/channel metadata to {self.metadata_path}")
-        self._write_metadata(metadata.snapshot(list(self.topics.values())))
+        error = self._write_metadata(metadata.snapshot(list(self.topics.values())))
+        if error is not None:
+            self.fault_log.failed(metadata.METADATA_FILE, f"failed to persist metadata - {error}")
 
     # ------------------------------------------------------------------ backends and health
 

@@ -170,7 +170,6 @@ class NSQD:
         self.logger.info(version_line("nsqd"))
         self.logger.info(f"ID: {opts.node_id}")
         log_open_files_limit(self.logger)  # faults (issue 14): as Go's runtime, soft = hard
-        self._admission = Admission(self.logger)
         removed = metadata.remove_stale_temp_files(self.data_path)
         if removed:
             self.logger.info(f"NSQ: removed {len(removed)} stale temporary files")
@@ -185,6 +184,7 @@ class NSQD:
         self._write_metadata_now()
         self.restore_deferred()
         self.tcp_listen = format_address(tcp_sock.getsockname())
+        self._admission = Admission(self.logger)  # faults (issue 14): descriptor reserve
         if tcp_sock.family == socket.AF_UNIX:
             self.tcp_port = -1
             self._tcp_server = await self.loop.create_unix_server(self._new_client, sock=tcp_sock)

@@ -163,7 +163,8 @@ def test_a_crash_during_the_fault_loses_no_acknowledged_message(
     rest = consume_from(nsqd, "t", "c", depth, timeout=30.0)
     got = Counter(m.body for m in finished + rest)
     assert not Counter(first) - got, "acknowledged messages were lost"
-    assert not got - Counter(first), "messages that were never acknowledged came back"
+    # read before the kill but not yet recorded as read: delivered again (at least once)
+    assert set(got) <= set(first), "messages that were never acknowledged came back"
 
 
 def test_stale_temporary_files_are_removed_at_start(disk: Path, nsqd: DaemonProcess) -> None:

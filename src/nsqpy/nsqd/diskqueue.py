@@ -865,6 +865,10 @@ class DiskQueue:
         self._kicked_sync = None
         if not task.cancelled() and task.exception() is not None:
             self._sync_failed(f"DISKQUEUE({self._name}) failed to sync - {task.exception()}")
+        elif self._need_sync and not self._closed:
+            # asked for after that sync had taken its snapshot (a request made while it ran
+            # was folded into it): nothing else would start the sync that covers it
+            self._request_sync()
 
     def _take_sync_job(self) -> _SyncJob:
         """Snapshot the state to persist; runs on the loop thread."""

@@ -116,3 +116,32 @@ def test_parse_level_rejects(text: str) -> None:
 def test_level_numbers_match_go() -> None:
     assert (lg.DEBUG, lg.INFO, lg.WARN, lg.ERROR, lg.FATAL) == (1, 2, 3, 4, 5)
     assert lg.level_name(lg.WARN) == "warn"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_repeat_summary_says_a_failure_once_then_a_count_per_interval() -> None:
+    lines: list[tuple[str, str]] = []
+    clock = _Clock()
+    summary = lg.RepeatSummary(lambda level, text: lines.append((level, text)), 5.0, clock)
+    for _ in range(1000):  # 1000 failures over 10 s
+        summary.failed("disk", "write failed - no space left on device")
+        clock.now += 0.01
+    assert lines[0] == ("ERROR", "write failed - no space left on device")
+    assert [text for _, text in lines[1:]] == [
+        "write failed - no space left on device (repeated 500 times in 5.0s)"
+    ]
+    summary.failed("other", "another failure", "WARN")  # another key: said at once
+    assert lines[-1] == ("WARN", "another failure")
+    clock.now += 1.0
+    summary.recovered("disk", "writing again")
+    assert lines[-1] == ("INFO", "writing again (after 1000 failures in 11.0s)")
+    assert not summary.failing("disk") and summary.failing("other")
+    summary.recovered("disk", "not in a streak: nothing said")
+    assert len(lines) == 4

@@ -458,11 +458,17 @@ async def test_failed_sync_is_logged_and_retried(tmp_path: Path, log: LogRecorde
     assert [queue.get(), queue.get()] == [b"f" * 40] * 2  # leaves file 0
     await queue.sync()
     assert any("failed to sync" in line for line in log.at("ERROR"))
-    assert queue.sync_due()
-    assert data_file(tmp_path, "q", 0).exists()  # still named by the metadata on disk
+    assert not queue.sync_due()  # backing off: the retry waits a little (0.1 s, doubling)
+    await wait_for(queue.sync_due)
+    # the finished file is freed although the metadata on disk still names it: a full disk
+    # needs that space back to write the metadata at all (start-up skips a missing read file)
+    assert not data_file(tmp_path, "q", 0).exists()
     assert not list(tmp_path.glob("*.tmp"))
+    await queue.sync()  # fails again: said once, not once per retry
+    assert sum("failed to sync" in line for line in log.at("ERROR")) == 1
 
     shutil.rmtree(blocker)
+    await wait_for(queue.sync_due)
     await queue.sync()
     assert read_meta(tmp_path, "q") == (1, 1, 0, 1, 44)
     assert not data_file(tmp_path, "q", 0).exists()
@@ -964,3 +970,25 @@ def test_sigkill_mid_stream_with_default_sync_settings(
     # torn by the kill can only add records after them
     assert len(records) == survived >= acknowledged
     assert records == [expected_record(i) for i in range(survived)]
+
+
+def test_startup_continues_after_a_read_file_deleted_before_its_metadata(
+    tmp_path: Path, log: LogRecorder
+) -> None:
+    """A finished file deleted while the metadata could not be written (a full disk), then a
+    crash: the metadata's read position is in a file that is gone. Start-up continues at the
+    next file and recounts the depth from the files, with no depth-at-tail error later."""
+    queue = open_queue(tmp_path, log, max_bytes=100)
+    records = [b"%02d" % i + b"x" * 38 for i in range(5)]  # files 0, 1 (2 each) and 2 (1)
+    queue.put_many(records)
+    queue.close()
+    assert read_meta(tmp_path, "q") == (5, 0, 0, 2, 44)
+    data_file(tmp_path, "q", 0).unlink()  # its two records were read before the crash
+
+    reopened = open_queue(tmp_path, log, max_bytes=100)
+    assert reopened.depth() == 3
+    assert drain(reopened) == records[2:]
+    assert reopened.depth() == 0
+    assert any("is gone" in line for line in log.at("WARN"))
+    assert not log.at("ERROR")
+    reopened.close()

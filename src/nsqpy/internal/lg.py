@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 DEBUG, INFO, WARN, ERROR, FATAL = 1, 2, 3, 4, 5
@@ -72,3 +74,82 @@ class Logger:
 
     def fatal(self, message: str) -> None:
         self.log(FATAL, message)
+
+
+#: seconds between two summaries of a repeating failure; the environment variable lets tests
+#: (and impatient operators) shorten it without a flag Go's nsqd does not have
+REPEAT_INTERVAL_ENV = "NSQPY_LOG_REPEAT_INTERVAL"
+DEFAULT_REPEAT_INTERVAL = 5.0
+
+
+def repeat_interval() -> float:
+    try:
+        return max(0.0, float(os.environ.get(REPEAT_INTERVAL_ENV, DEFAULT_REPEAT_INTERVAL)))
+    except ValueError:
+        return DEFAULT_REPEAT_INTERVAL
+
+
+class _Streak:
+    __slots__ = ("first", "last_message", "reported", "since_report", "total")
+
+    def __init__(self, now: float, message: str) -> None:
+        self.first = now
+        self.reported = now
+        self.since_report = 0
+        self.total = 1
+        self.last_message = message
+
+
+class RepeatSummary:
+    """Say a repeating failure once, then summarise it, never one line per retry.
+
+    ``failed(key, message)`` logs the first failure of a streak with its cause; later failures
+    with the same key are counted and logged at most once per ``interval`` with the count
+    (``... (repeated 41 times in 5.0s)``). ``recovered(key, message)`` ends the streak with one
+    line saying how long it lasted. Keys are whatever identifies "the same failure" to the
+    caller (a queue and an operation, a listener).
+    """
+
+    __slots__ = ("_clock", "_log", "_streaks", "interval")
+
+    def __init__(
+        self,
+        log: Callable[[str, str], None],
+        interval: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = log
+        self.interval = repeat_interval() if interval is None else interval
+        self._clock = clock
+        self._streaks: dict[str, _Streak] = {}
+
+    @property
+    def active(self) -> bool:
+        """Some failure is in a streak now."""
+        return bool(self._streaks)
+
+    def failing(self, key: str) -> bool:
+        return key in self._streaks
+
+    def failed(self, key: str, message: str, level: str = "ERROR") -> None:
+        now = self._clock()
+        streak = self._streaks.get(key)
+        if streak is None:
+            self._streaks[key] = _Streak(now, message)
+            self._log(level, message)
+            return
+        streak.total += 1
+        streak.since_report += 1
+        streak.last_message = message
+        if now - streak.reported >= self.interval:
+            elapsed = now - streak.reported
+            self._log(level, f"{message} (repeated {streak.since_report} times in {elapsed:.1f}s)")
+            streak.reported = now
+            streak.since_report = 0
+
+    def recovered(self, key: str, message: str) -> None:
+        streak = self._streaks.pop(key, None)
+        if streak is None:
+            return
+        elapsed = self._clock() - streak.first
+        self._log("INFO", f"{message} (after {streak.total} failures in {elapsed:.1f}s)")

@@ -37,7 +37,15 @@ Where this module deliberately differs from go-diskqueue (none of it changes the
   positions on the loop thread and does the fsync, the metadata write and the rename in a worker
   thread; snapshots carry a sequence number so an older snapshot never overwrites a newer one.
 * A file the reader has finished is deleted once metadata that no longer names it has been
-  persisted (Go deletes it first and syncs after), so the metadata never points at a missing file.
+  persisted (Go deletes it first and syncs after), so normally the metadata never points at a
+  missing file. When the metadata cannot be written (a disk full to the last block cannot hold
+  its temporary file) the finished files are deleted anyway, which frees the space the metadata
+  needs; a crash before the metadata catches up leaves a read position in a deleted file, and
+  start-up then continues at the next file that exists and recounts the depth. Only files the
+  reader has finished are ever deleted this way, so that skip never passes an unread record.
+* A failing sync is retried with a bounded exponential backoff (0.1 s doubling to 5 s), not at
+  once, and its error is logged once, then summarised (``lg.RepeatSummary``); a failed write is
+  cut back to the last good position so a torn record never sits in the file.
 * Start-up salvage goes further than Go's: besides "write file longer than writePos" it also
   notices data files *after* writeFileNum (possible because a rotation's sync is asynchronous
   here), moves the writer past all of them, and adds the records found beyond the recorded
@@ -60,6 +68,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from ..internal.lg import RepeatSummary
+
 __all__ = ["DiskQueue", "DiskQueueError", "DiskQueuePositions", "LogFunc", "queue_names"]
 
 LogFunc = Callable[[str, str], None]
@@ -68,6 +78,9 @@ LogFunc = Callable[[str, str], None]
 _LENGTH = struct.Struct(">i")
 _READ_CHUNK = 32 * 1024  # small: nsqd may have thousands of queues with a backlog
 _COUNT_BUFFER = 1 << 20
+# a failed sync is retried after this delay, doubled per failure up to the maximum
+_RETRY_FIRST = 0.1
+_RETRY_MAX = 5.0
 _OPEN_FLAGS_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # Go parses the metadata with fmt.Fscanf("%d\n%d,%d\n%d,%d\n"): numbers may carry a sign and
 # leading blanks; we also accept a missing final newline.
@@ -143,6 +156,7 @@ class DiskQueue:
         "_depth",
         "_dirty_since",
         "_doomed_paths",
+        "_failures",
         "_kicked_sync",
         "_log",
         "_max_bytes_per_file",
@@ -160,11 +174,14 @@ class DiskQueue:
         "_read_file_num",
         "_read_pos",
         "_retired_paths",
+        "_retry_at",
+        "_retry_delay",
         "_sync_every",
         "_sync_lock",
         "_sync_loop",
         "_sync_seq",
         "_sync_timeout",
+        "_write_failing",
         "_write_fd",
         "_write_file_num",
         "_write_pos",
@@ -210,6 +227,10 @@ class DiskQueue:
         self._retired_paths: list[str] = []
         self._doomed_paths: list[str] = []
         self._closed = False
+        self._failures = RepeatSummary(log)
+        self._retry_at = 0.0  # no sync before this (monotonic) time: backing off after failures
+        self._retry_delay = 0.0
+        self._write_failing = False  # quiet the reopen line while every write fails
         self._kicked_sync: asyncio.Task[None] | None = None
         self._sync_lock: asyncio.Lock | None = None
         self._sync_loop: asyncio.AbstractEventLoop | None = None
@@ -220,6 +241,7 @@ class DiskQueue:
         self._persisted_seq = 0
 
         self._retrieve_metadata()
+        self._skip_missing_read_files()
         self._salvage_unrecorded_writes()
         self._check_tail_corruption(self._depth)
 
@@ -373,6 +395,8 @@ class DiskQueue:
         unsynced one is ``sync_timeout`` old, or a roll/file change/repair asks for one."""
         if self._closed:
             return False
+        if self._retry_at and time.monotonic() < self._retry_at:
+            return False
         if self._need_sync:
             return True
         if self._count == 0:
@@ -412,7 +436,7 @@ class DiskQueue:
                 try:
                     await self.sync()
                 except Exception as exc:  # the syncer must outlive any one failure
-                    self._log("ERROR", f"DISKQUEUE({self._name}) failed to sync - {exc}")
+                    self._sync_failed(f"DISKQUEUE({self._name}) failed to sync - {exc}")
 
     # ---------------------------------------------------------------------------- write side
 
@@ -434,10 +458,16 @@ class DiskQueue:
                 while written < len(buffer):
                     written += os.write(fd, view[written:])
         except OSError as exc:
+            # Cut off what part of the batch did reach the file: a torn record past writePos
+            # would be read as data once the file is finished, and its blocks are wanted back.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self._write_pos)
             # Like Go: drop the file handle; the next put reopens and seeks back to writePos.
             self._write_fd = None
+            self._write_failing = True
             _close_quietly(fd)
             raise DiskQueueError(_describe(exc), stored) from exc
+        self._write_failing = False
         self._write_pos += nbytes
         self._depth += nrecords
         if not self._count:
@@ -450,7 +480,8 @@ class DiskQueue:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | _OPEN_FLAGS_CLOEXEC, 0o600)
         except OSError as exc:
             raise DiskQueueError(_describe(exc), stored) from exc
-        self._log("INFO", f"DISKQUEUE({self._name}): writeOne() opened {path}")
+        if not self._write_failing:  # not once per refused PUB during a full disk
+            self._log("INFO", f"DISKQUEUE({self._name}): writeOne() opened {path}")
         if self._write_pos > 0:
             try:
                 os.lseek(fd, self._write_pos, os.SEEK_SET)
@@ -703,6 +734,38 @@ class DiskQueue:
         self._write_file_num = write_num
         self._write_pos = write_pos
 
+    def _skip_missing_read_files(self) -> None:
+        """A read position in a file that is gone: continue at the next file that exists.
+
+        This queue deletes a finished file before its metadata is written when the metadata
+        cannot be written (a full disk); a crash then leaves the recorded read position in that
+        deleted file. Go's own queue deletes first and syncs after, so its data directories can
+        show the same. The depth is recounted from the files, as the recorded one still counts
+        the records of the deleted file.
+        """
+        if self._read_file_num >= self._write_file_num:
+            return  # the write file itself: get() handles a missing one as corruption
+        if os.path.exists(self.file_name(self._read_file_num)):
+            return
+        missing = self._read_file_num
+        resume = missing + 1
+        while resume < self._write_file_num and not os.path.exists(self.file_name(resume)):
+            resume += 1
+        depth = 0
+        for file_num in range(resume, self._write_file_num + 1):
+            end = self._write_pos if file_num == self._write_file_num else None
+            depth += self._count_records(self.file_name(file_num), 0, end)
+        self._log(
+            "WARN",
+            f"DISKQUEUE({self._name}) read file {self.file_name(missing)} is gone (finished "
+            f"before the metadata could record it), continuing at file {resume}, "
+            f"depth {self._depth} -> {depth}",
+        )
+        self._read_file_num = resume
+        self._read_pos = 0
+        self._depth = depth
+        self._request_sync()
+
     def _salvage_unrecorded_writes(self) -> None:
         """Handle data written after the last metadata sync (a crash, or a kill).
 
@@ -749,8 +812,9 @@ class DiskQueue:
         self._write_pos = 0
         self._request_sync()
 
-    def _count_records(self, path: str, start: int) -> int:
-        """Count the well-formed records in a file from ``start`` up to the first bad one."""
+    def _count_records(self, path: str, start: int, end: int | None = None) -> int:
+        """Count the well-formed records in a file from ``start`` up to the first bad one
+        (or up to ``end``)."""
         count = 0
         try:
             data_file = open(path, "rb", buffering=_COUNT_BUFFER)  # noqa: SIM115
@@ -758,6 +822,8 @@ class DiskQueue:
             return 0
         with data_file:
             size = os.fstat(data_file.fileno()).st_size
+            if end is not None:
+                size = min(size, end)
             pos = start
             data_file.seek(pos)
             while pos + 4 <= size:
@@ -782,8 +848,8 @@ class DiskQueue:
     def _request_sync(self) -> None:
         """Mark a sync as needed now; start one if an event loop is running here."""
         self._need_sync = True
-        if self._closed:
-            return
+        if self._closed or self._backing_off():
+            return  # sync_due() says when the backoff is over; the owner's poll starts it
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -798,7 +864,11 @@ class DiskQueue:
     def _kicked_sync_done(self, task: asyncio.Task[None]) -> None:
         self._kicked_sync = None
         if not task.cancelled() and task.exception() is not None:
-            self._log("ERROR", f"DISKQUEUE({self._name}) failed to sync - {task.exception()}")
+            self._sync_failed(f"DISKQUEUE({self._name}) failed to sync - {task.exception()}")
+        elif self._need_sync and not self._closed:
+            # asked for after that sync had taken its snapshot (a request made while it ran
+            # was folded into it): nothing else would start the sync that covers it
+            self._request_sync()
 
     def _take_sync_job(self) -> _SyncJob:
         """Snapshot the state to persist; runs on the loop thread."""
@@ -829,25 +899,43 @@ class DiskQueue:
             except OSError as exc:
                 errors.append(("ERROR", f"DISKQUEUE({self._name}) failed to sync - {exc}"))
                 ok = False
+        persist_error: OSError | None = None
         if ok:
             try:
                 self._persist_metadata(job.seq, job.meta_text)
             except OSError as exc:
-                errors.append(("ERROR", f"DISKQUEUE({self._name}) failed to sync - {exc}"))
-                ok = False
-        if ok:
-            for path in job.doomed_paths:
+                persist_error = exc
+        if (not ok or persist_error is not None) and job.doomed_paths:
+            # The metadata still names a finished file, but the reader is past all of it:
+            # deleting it now loses nothing (start-up skips a missing read file) and gives back
+            # the space a full disk needs to write the metadata at all.
+            self._remove_doomed(job, errors)
+            if persist_error is not None:
                 try:
-                    os.remove(path)
-                except FileNotFoundError:
-                    pass
+                    self._persist_metadata(job.seq, job.meta_text)
+                    persist_error = None
                 except OSError as exc:
-                    errors.append(
-                        ("ERROR", f"DISKQUEUE({self._name}) failed to Remove({path}) - {exc}")
-                    )
-            job.doomed_paths = []
+                    persist_error = exc
+        if persist_error is not None:
+            errors.append(("ERROR", f"DISKQUEUE({self._name}) failed to sync - {persist_error}"))
+            ok = False
+        if ok:
+            self._remove_doomed(job, errors)
             job.fsync_paths = []
         return _SyncResult(job, ok, errors)
+
+    def _remove_doomed(self, job: _SyncJob, errors: list[tuple[str, str]]) -> None:
+        kept = []
+        for path in job.doomed_paths:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                message = f"DISKQUEUE({self._name}) failed to Remove({path}) - {exc}"
+                errors.append(("ERROR", message))
+                kept.append(path)  # e.g. a read-only data path: try again at the next sync
+        job.doomed_paths = kept
 
     def _persist_metadata(self, seq: int, text: bytes) -> None:
         """Write the metadata to a temporary file, fsync it and rename it over the real one."""
@@ -874,21 +962,38 @@ class DiskQueue:
             return
         failure = worker.exception()
         if failure is not None:
-            self._log("ERROR", f"DISKQUEUE({self._name}) failed to sync - {failure}")
+            self._sync_failed(f"DISKQUEUE({self._name}) failed to sync - {failure}")
             self._need_sync = not self._closed
             return
         self._absorb_sync_result(worker.result())
 
     def _absorb_sync_result(self, result: _SyncResult) -> None:
-        for level, message in result.errors:
-            self._log(level, message)
+        if result.ok:
+            self._sync_succeeded()
+        for _, message in result.errors:
+            self._sync_failed(message)
+        # try again at the next sync_due(); keep what still has to be synced or deleted
+        # (a removal can fail even when the metadata was written: a read-only data path)
+        self._doomed_paths[:0] = result.job.doomed_paths
         if not result.ok:
-            # try again at the next sync_due(); keep what still has to be synced or deleted
             current = self.file_name(self._write_file_num)
             self._retired_paths[:0] = [p for p in result.job.fsync_paths if p != current]
-            self._doomed_paths[:0] = result.job.doomed_paths
-            if not self._closed:
-                self._need_sync = True
+        if (result.job.doomed_paths or not result.ok) and not self._closed:
+            self._need_sync = True
+
+    def _backing_off(self) -> bool:
+        return bool(self._retry_at) and time.monotonic() < self._retry_at
+
+    def _sync_failed(self, message: str) -> None:
+        """Log once, then summarise; wait longer before each retry (bounded)."""
+        self._failures.failed("sync", message)
+        self._retry_delay = min(_RETRY_MAX, max(_RETRY_FIRST, self._retry_delay * 2))
+        self._retry_at = time.monotonic() + self._retry_delay
+
+    def _sync_succeeded(self) -> None:
+        self._retry_delay = 0.0
+        self._retry_at = 0.0
+        self._failures.recovered("sync", f"DISKQUEUE({self._name}) sync succeeded again")
 
     def _close_files(self) -> None:
         self._close_read_file()

@@ -7,10 +7,12 @@ Written atomically as Go does (temporary file, fsync, rename), in Go's compact J
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import random
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,14 +56,44 @@ def write_atomically(path: str, data: bytes) -> None:
     tmp = f"{path}.{random.getrandbits(63)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException:
+        # a full disk fails the write after the create: leave no empty .tmp behind
+        # (Go leaves one per attempt)
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+#: temporary files of an atomic write (``nsqd.dat.<n>.tmp``, ``<queue>.diskqueue.meta.dat.<n>.tmp``)
+_STALE_TEMP = re.compile(r"(?:nsqd\.dat|.+\.diskqueue\.meta\.dat)\.\d+\.tmp")
+
+
+def remove_stale_temp_files(data_path: str) -> list[str]:
+    """Delete temporary files a crash (or Go nsqd on a full disk) left in ``data_path``.
+
+    Only nsqd's own atomic-write temporaries match; the rename that would have used them never
+    happened, so nothing refers to them. Returns the names removed.
+    """
+    removed: list[str] = []
+    try:
+        names = os.listdir(data_path)
+    except OSError:
+        return removed
+    for name in names:
+        if _STALE_TEMP.fullmatch(name):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(data_path, name))
+                removed.append(name)
+    return removed
 
 
 def load(path: str) -> list[TopicMeta]:

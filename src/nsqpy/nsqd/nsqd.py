@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from .. import version_line
 from ..internal import lg
 from ..internal.flags import TLS_NOT_REQUIRED, TLS_REQUIRED_ALL
-from ..internal.net import ListenError, format_address, listen_socket
+from ..internal.net import (
+    Admission,
+    ListenError,
+    RefusedConnection,
+    format_address,
+    listen_socket,
+    log_open_files_limit,
+)
 from ..protocol import MESSAGE_HEADER_LENGTH, is_valid_name
 from . import deferred_store, metadata
 from .auth import AuthClient, Authenticator
@@ -40,6 +47,7 @@ if TYPE_CHECKING:
     from aiohttp import web
     from OpenSSL import SSL
 
+    from ..protocol.errors import ProtocolError
     from .message import Message
 
 
@@ -48,6 +56,11 @@ class NSQDError(Exception):
 
 
 INSTANTIATE = "failed to instantiate nsqd - "
+
+
+# faults (issue 14): the client errors a failing backend causes, summarised under one key
+_WRITE_FAILURE_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
+_REFUSED_WRITES = "refused-writes"
 
 
 class NSQD:
@@ -60,6 +73,10 @@ class NSQD:
         self.protocol = ProtocolV2(self)
         self.start_time = int(time.time())
         self.health_error: str | None = None
+        # faults (issue 14): repeating failures said once then summarised; descriptor reserve
+        self.fault_log = lg.RepeatSummary(self.logger)
+        self._admission: Admission | None = None
+        self._metadata_retry = 0.0  # seconds before retrying a failed nsqd.dat write
         self.exiting = False
         self.tcp_port = 0
         self.http_port = 0
@@ -77,7 +94,7 @@ class NSQD:
         self._persist_scheduled = False
         # One worker keeps metadata writes (and their fsync) ordered and off the event loop.
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nsqd-io")
-        self._persisting: asyncio.Future[None] | None = None
+        self._persisting: asyncio.Future[OSError | None] | None = None
         self._deferred_records: dict[str, DeferredRecord] = {}
         self._syncing: dict[DiskQueue, asyncio.Task[None]] = {}
         self._write_batch: dict[Backend, tuple[deque[Message], list[Message]]] | None = None
@@ -157,6 +174,10 @@ class NSQD:
         self.protocol = ProtocolV2(self)  # after _validate, which may force TLS-required
         self.logger.info(version_line("nsqd"))
         self.logger.info(f"ID: {opts.node_id}")
+        log_open_files_limit(self.logger)  # faults (issue 14): as Go's runtime, soft = hard
+        removed = metadata.remove_stale_temp_files(self.data_path)
+        if removed:
+            self.logger.info(f"NSQ: removed {len(removed)} stale temporary files")
         try:
             tcp_sock = listen_socket(opts.tcp_address, allow_unix=True)
         except ListenError as exc:
@@ -169,6 +190,7 @@ class NSQD:
         self._write_metadata_now()
         self.restore_deferred()
         self.tcp_listen = format_address(tcp_sock.getsockname())
+        self._admission = Admission(self.logger)  # faults (issue 14): descriptor reserve
         if tcp_sock.family == socket.AF_UNIX:
             self.tcp_port = -1
             self._tcp_server = await self.loop.create_unix_server(self._new_client, sock=tcp_sock)
@@ -224,7 +246,9 @@ class NSQD:
         except ListenError as exc:
             raise NSQDError(INSTANTIATE + str(exc)) from None
 
-    def _new_client(self) -> ClientV2:
+    def _new_client(self) -> ClientV2 | RefusedConnection:
+        if self._admission is not None and not self._admission.admit():
+            return RefusedConnection()  # faults (issue 14): keep descriptors for HTTP and files
         self._client_seq += 1
         client = ClientV2(self, self._client_seq)
         self.clients[client.id] = client
@@ -265,6 +289,8 @@ class NSQD:
         self.dead_letters.close()
         self._io.shutdown(wait=True)
         self._dir_lock.unlock()
+        if self._admission is not None:
+            self._admission.close()
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
@@ -486,16 +512,33 @@ class NSQD:
         data = metadata.snapshot(list(self.topics.values()))
         future = self.loop.run_in_executor(self._io, self._write_metadata, data)
         self._persisting = asyncio.ensure_future(future)
+        self._persisting.add_done_callback(self._metadata_written)
 
-    def _write_metadata(self, data: bytes) -> None:
+    def _write_metadata(self, data: bytes) -> OSError | None:
         try:
             metadata.write_atomically(self.metadata_path, data)
         except OSError as exc:
-            self.logger.error(f"failed to persist metadata - {exc}")
+            return exc
+        return None
+
+    def _metadata_written(self, done: asyncio.Future[OSError | None]) -> None:
+        """faults (issue 14): a failed write of nsqd.dat is said once and retried with a
+        backoff, so a topic or channel created on a full disk is recorded once space is back."""
+        error = None if done.cancelled() else done.result()
+        if error is None:
+            self._metadata_retry = 0.0
+            self.fault_log.recovered(metadata.METADATA_FILE, "NSQ: persisted metadata again")
+            return
+        self.fault_log.failed(metadata.METADATA_FILE, f"failed to persist metadata - {error}")
+        self._metadata_retry = min(5.0, max(0.1, self._metadata_retry * 2))
+        if not self.exiting:
+            self.loop.call_later(self._metadata_retry, self.persist_metadata)
 
     def _write_metadata_now(self) -> None:
         self.logger.info(f"NSQ: persisting topic/channel metadata to {self.metadata_path}")
-        self._write_metadata(metadata.snapshot(list(self.topics.values())))
+        error = self._write_metadata(metadata.snapshot(list(self.topics.values())))
+        if error is not None:
+            self.fault_log.failed(metadata.METADATA_FILE, f"failed to persist metadata - {error}")
 
     # ------------------------------------------------------------------ backends and health
 
@@ -516,10 +559,12 @@ class NSQD:
             backend.put(msg.encode())
         except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
-            self.logger.error(f"{context} ERROR: failed to write message to backend - {exc}")
+            self.fault_log.failed(
+                backend.name, f"{context} ERROR: failed to write message to backend - {exc}"
+            )
             raise BackendWriteError(str(exc)) from None
-        if self.health_error is not None:
-            self.set_health(None)
+        if self.health_error is not None or self.fault_log.active:
+            self._backend_writable(backend)
         if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
             self._start_sync(backend)
 
@@ -553,14 +598,16 @@ class NSQD:
             backend.put_many([msg.encode() for msg in msgs])
         except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
-            self.logger.error(f"DISKQUEUE({backend.name}) ERROR: failed to write messages - {exc}")
+            self.fault_log.failed(
+                backend.name, f"DISKQUEUE({backend.name}) ERROR: failed to write messages - {exc}"
+            )
             if keep_in is None:
                 raise BackendWriteError(str(exc)) from None
             stored = exc.stored if isinstance(exc, DiskQueueError) else 0
             keep_in.extend(msgs[stored:])
             return
-        if self.health_error is not None:
-            self.set_health(None)
+        if self.health_error is not None or self.fault_log.active:
+            self._backend_writable(backend)
         if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
             self._start_sync(backend)
 
@@ -601,6 +648,21 @@ class NSQD:
     async def _ack_after(syncs: tuple[asyncio.Task[None], ...], response: bytes) -> bytes:
         await asyncio.wait(syncs)
         return response
+
+    def _backend_writable(self, backend: Backend) -> None:
+        """A write succeeded after failures: healthy again (as Go), and say the fault ended."""
+        self.set_health(None)
+        self.fault_log.recovered(backend.name, f"DISKQUEUE({backend.name}): writing again")
+        self.fault_log.recovered(_REFUSED_WRITES, "clients' publishes succeed again")
+
+    def log_client_error(self, remote_address: str, err: ProtocolError) -> None:
+        """Go logs every error sent to a client; the refusals of a failing disk are said once
+        and then summarised, as one refused PUB per client attempt would flood the log."""
+        line = f"[{remote_address}] - {err}"
+        if err.code in _WRITE_FAILURE_CODES:
+            self.fault_log.failed(_REFUSED_WRITES, line)
+        else:
+            self.logger.error(line)
 
     def set_health(self, error: str | None) -> None:
         self.health_error = error

@@ -22,7 +22,14 @@ from aiohttp import web
 
 from .. import version_line
 from ..internal import lg
-from ..internal.net import ListenError, format_address, listen_socket
+from ..internal.net import (
+    Admission,
+    ListenError,
+    RefusedConnection,
+    format_address,
+    listen_socket,
+    log_open_files_limit,
+)
 from .http import make_app
 from .options import Options
 from .registration_db import RegistrationDB
@@ -76,10 +83,13 @@ class NSQLookupd:
         self._http_runner: web.AppRunner | None = None
         self._tcp_text = ""
         self._http_text = ""
+        self._admission: Admission | None = None
 
     async def start(self) -> None:
         """Open both listeners (raising :class:`ListenError`) and start serving."""
         self.logger.info(version_string())
+        log_open_files_limit(self.logger)  # as Go's runtime: soft limit = hard limit
+        self._admission = Admission(self.logger)
         tcp_sock = listen_socket(self.options.tcp_address)
         try:
             http_sock = listen_socket(self.options.http_address)
@@ -92,7 +102,7 @@ class NSQLookupd:
         self._http_text = format_address(self.real_http_address)
 
         loop = asyncio.get_running_loop()
-        self._tcp_server = await loop.create_server(lambda: LookupProtocolV1(self), sock=tcp_sock)
+        self._tcp_server = await loop.create_server(self._new_peer, sock=tcp_sock)
         self.logger.info(f"TCP: listening on {self._tcp_text}")
 
         runner = web.AppRunner(
@@ -107,6 +117,12 @@ class NSQLookupd:
         self._http_runner = runner
         self.logger.info(f"HTTP: listening on {self._http_text}")
 
+    def _new_peer(self) -> LookupProtocolV1 | RefusedConnection:
+        """An nsqd (or a client) connecting, unless the last descriptors are reserved."""
+        if self._admission is not None and not self._admission.admit():
+            return RefusedConnection()
+        return LookupProtocolV1(self)
+
     async def stop(self) -> None:
         """Close the listeners and every nsqd connection (Go: ``Exit``)."""
         server, self._tcp_server = self._tcp_server, None
@@ -120,6 +136,9 @@ class NSQLookupd:
         if runner is not None:
             self.logger.info(f"HTTP: closing {self._http_text}")
             await runner.cleanup()
+        admission, self._admission = self._admission, None
+        if admission is not None:
+            admission.close()
 
     async def __aenter__(self) -> NSQLookupd:
         await self.start()

@@ -173,3 +173,10 @@ def start_nsqlookupd(*args: str, timeout: float = 15.0) -> DaemonProcess:
         "--broadcast-address=127.0.0.1",
     ]
     return DaemonProcess("nsqpy.nsqlookupd", [*base, *args], ["TCP", "HTTP"]).start(timeout)
+
+
+def start_nsqadmin(*args: str, timeout: float = 15.0) -> DaemonProcess:
+    """Start ``nsqadmin`` on a free loopback port; pass ``--lookupd-http-address=...`` or
+    ``--nsqd-http-address=...`` (and any other Go-style flags) in ``args``."""
+    base = ["--http-address=127.0.0.1:0"]
+    return DaemonProcess("nsqpy.nsqadmin", [*base, *args], ["HTTP"]).start(timeout)

@@ -60,7 +60,7 @@ def api(
     headers: dict[str, str] | None = None,
 ) -> tuple[int, Any]:
     """Call nsqadmin; the status and the decoded JSON (or text when it is not JSON)."""
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
     status, raw, _ = http(admin.http_url + path, method, data, headers)
     try:
         return status, json.loads(raw)
@@ -128,6 +128,8 @@ class Cluster:
         assert self.nsqd_post(node, f"/mpub?topic={topic}", data) == 200
 
     def create_channel(self, topic: str, channel: str, node: int = 0) -> None:
+        """Create ``topic`` (if need be) and ``channel`` on nsqd ``node``."""
+        assert self.nsqd_post(node, f"/topic/create?topic={topic}") == 200
         assert self.nsqd_post(node, f"/channel/create?topic={topic}&channel={channel}") == 200
 
     def stats(self, node: int, topic: str = "") -> Any:
@@ -137,7 +139,7 @@ class Cluster:
         return json.loads(body)
 
     def topic_stats(self, node: int, topic: str) -> dict[str, Any] | None:
-        for entry in self.stats(node, topic)["topics"]:
+        for entry in self.stats(node, topic)["topics"] or []:
             if entry["topic_name"] == topic:
                 return dict(entry)
         return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -139,8 +140,9 @@ class Client:
                     "(Client.Timeout exceeded while awaiting headers)"
                 ) from None
             except aiohttp.ClientConnectorError as exc:
-                cause = exc.os_error.strerror if exc.os_error.strerror else str(exc.os_error)
-                cause = cause[:1].lower() + cause[1:]
+                errno = exc.os_error.errno
+                cause = os.strerror(errno) if errno else str(exc.os_error)
+                cause = cause[:1].lower() + cause[1:]  # Go: "connect: connection refused"
                 raise RequestError(
                     f'{verb} "{url}": dial tcp {_host_port(url)}: connect: {cause}'
                 ) from None

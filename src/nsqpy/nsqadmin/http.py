@@ -173,6 +173,17 @@ def _basic_auth_user(request: web.Request) -> str:
     return user if sep else ""
 
 
+async def _read_limited(request: web.Request, limit: int) -> bytes:
+    """At most ``limit`` bytes of the body (Go: ``io.LimitReader``)."""
+    body = bytearray()
+    while len(body) < limit:
+        chunk = await request.content.read(limit - len(body))
+        if not chunk:
+            break
+        body += chunk
+    return bytes(body)
+
+
 def _remote_addr(request: web.Request) -> str:
     transport = request.transport
     peer = transport.get_extra_info("peername") if transport is not None else None
@@ -759,7 +770,7 @@ class AdminHTTP:
         opt = request.match_info["opt"]
         self._check_config_cidr(request)
         if request.method == "PUT":
-            body = await request.content.read(1024 * 1024 + 1)
+            body = await _read_limited(request, 1024 * 1024 + 1)
             if len(body) > 1024 * 1024 or not body:
                 raise ApiError(413, "INVALID_VALUE")
             self._put_config(opt, body)

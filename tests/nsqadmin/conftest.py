@@ -138,13 +138,13 @@ class Cluster:
         assert status == 200
         return json.loads(body)
 
-    def topic_stats(self, node: int, topic: str) -> dict[str, Any] | None:
+    def topic_stats(self, node: int, topic: str) -> Any:
         for entry in self.stats(node, topic)["topics"] or []:
             if entry["topic_name"] == topic:
                 return dict(entry)
         return None
 
-    def channel_stats(self, node: int, topic: str, channel: str) -> dict[str, Any] | None:
+    def channel_stats(self, node: int, topic: str, channel: str) -> Any:
         entry = self.topic_stats(node, topic)
         for found in (entry or {}).get("channels") or []:
             if found["channel_name"] == channel:

@@ -100,7 +100,7 @@ def test_channel_pause_unpause_empty(cluster: Cluster, start_admin: StartAdmin, 
     path = f"/api/topics/{topic}/c"
 
     def channels(key: str) -> list[Any]:
-        return [cluster.channel_stats(n, topic, "c")[key] for n in (0, 1)]  # type: ignore[index]
+        return [cluster.channel_stats(n, topic, "c")[key] for n in (0, 1)]
 
     assert api(admin, "POST", path, {"action": "pause"}) == OK
     assert channels("paused") == [True, True]
@@ -181,11 +181,11 @@ def test_admin_users_only(cluster: Cluster, start_admin: StartAdmin) -> None:
     assert api(admin, "DELETE", f"/api/nodes/{node}", {"topic": topic}) == forbidden
     as_carol = {"X-Forwarded-User": "carol"}
     assert api(admin, "POST", f"/api/topics/{topic}", pause, as_carol) == forbidden
-    assert cluster.topic_stats(0, topic)["paused"] is False  # type: ignore[index]
+    assert cluster.topic_stats(0, topic)["paused"] is False
     assert cluster.topic_stats(0, topic) is not None
     as_bob = {"X-Forwarded-User": "bob"}
     assert api(admin, "POST", f"/api/topics/{topic}", pause, as_bob) == OK
-    assert cluster.topic_stats(0, topic)["paused"] is True  # type: ignore[index]
+    assert cluster.topic_stats(0, topic)["paused"] is True
     assert api(admin, "GET", f"/api/topics/{topic}")[0] == 200  # reads are open
 
 
@@ -303,9 +303,9 @@ def test_cross_site_writes_are_refused(cluster: Cluster, start_admin: StartAdmin
     assert api(admin, "PUT", "/config/log_level", b"debug", {"Origin": "http://x.example"}) == (
         forbidden
     )
-    assert cluster.topic_stats(0, topic)["paused"] is False  # type: ignore[index]
+    assert cluster.topic_stats(0, topic)["paused"] is False
     assert api(admin, "GET", path, None, {"Origin": "http://evil.example"})[0] == 200
     same_origin = {"Origin": admin.http_url, "Sec-Fetch-Site": "same-origin"}
     assert api(admin, "POST", path, pause, same_origin) == OK
     assert api(admin, "POST", path, {"action": "unpause"}) == OK  # no Origin: a script
-    assert cluster.topic_stats(0, topic)["paused"] is False  # type: ignore[index]
+    assert cluster.topic_stats(0, topic)["paused"] is False

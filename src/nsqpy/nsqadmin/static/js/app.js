@@ -56,9 +56,9 @@ function route(pathname) {
 
 export function navigate(href, replace = false) {
   if (replace) {
-    history.replaceState(null, "", href);
+    window.history.replaceState(null, "", href);
   } else {
-    history.pushState(null, "", href);
+    window.history.pushState(null, "", href);
   }
   show();
 }

@@ -105,7 +105,7 @@ export class TopicsPage {
     set("q", this.filter);
     set("sort", this.sort === "topic_name" ? "" : this.sort);
     set("dir", this.desc ? "desc" : "");
-    history.replaceState(null, "", url.pathname + url.search);
+    window.history.replaceState(null, "", url.pathname + url.search);
   }
 
   repaint(root) {
@@ -182,7 +182,9 @@ export class TopicsPage {
     const growing = isGrowing(t);
     const labels = [
       t.paused ? label("paused", "primary") : "",
-      t.no_stats ? label("no producers", "default", "known to nsqlookupd only") : "",
+      t.no_stats || !Number(t.producer_count)
+        ? label("no producers", "default", "known to nsqlookupd only")
+        : "",
       t.tombstoned_count
         ? label(`tombstoned on ${t.tombstoned_count}`, "warning", "tombstoned producers")
         : "",

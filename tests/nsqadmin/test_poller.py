@@ -48,6 +48,7 @@ def test_overview_shape(cluster: Cluster, start_admin: StartAdmin) -> None:
     admin = start_admin()
     row = wait_for(lambda: overview_row(admin, topic), what="the topic in the overview")
     status, body = api(admin, "GET", "/api/overview")
+    assert status == 200
     assert list(body) == ["updated_at", "poll_interval_ms", "nodes", "lookupd", "topics", "message"]
     assert body["poll_interval_ms"] == 200
     assert abs(body["updated_at"] - time.time() * 1000) < 30_000

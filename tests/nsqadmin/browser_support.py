@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+import struct
 import threading
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -133,14 +135,30 @@ class Watched:
 def number(text: str) -> float:
     """``"1,234"`` -> 1234; ``"12.5"`` -> 12.5; a dash -> 0."""
     cleaned = text.strip().replace(",", "")
-    return float(cleaned) if cleaned and cleaned not in {"-", "–"} else 0.0
+    return float(cleaned) if cleaned and cleaned not in {"-", "\u2013"} else 0.0
 
 
-# A 1x1 transparent PNG: what the stand-in Graphite draws.
-PIXEL = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
-)
+def line_png(width: int = 120, height: int = 20) -> bytes:
+    """A PNG of a rising blue line on a transparent ground: what the stand-in Graphite draws."""
+    rows = []
+    for y in range(height):
+        row = bytearray([0])  # filter: none
+        for x in range(width):
+            on_line = abs((height - 1 - y) - (x * (height - 1)) // (width - 1)) <= 1
+            row += bytes([51, 122, 183, 255]) if on_line else bytes(4)
+        rows.append(bytes(row))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
+        + chunk(b"IEND", b"")
+    )
 
 
 class FakeGraphite:
@@ -158,12 +176,10 @@ class FakeGraphite:
                 query = parse_qs(urlparse(self.path).query)
                 owner.requests.append(query)
                 if query.get("format") == ["json"]:
-                    body: bytes = (
-                        b'[{"target": "x", "datapoints": [[%f, 1700000000]]}]' % value
-                    )
+                    body: bytes = b'[{"target": "x", "datapoints": [[%f, 1700000000]]}]' % value
                     kind = "application/json"
                 else:
-                    body, kind = PIXEL, "image/png"
+                    body, kind = line_png(), "image/png"
                 self.send_response(200)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
@@ -179,8 +195,7 @@ class FakeGraphite:
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -319,9 +319,7 @@ def test_rates_appear_and_refresh_can_pause(
 # --------------------------------------------------------------------------- actions
 
 
-def test_channel_actions_through_buttons(
-    watched: Watched, cluster: Cluster, world: World
-) -> None:
+def test_channel_actions_through_buttons(watched: Watched, cluster: Cluster, world: World) -> None:
     topic = cluster.new_topic("acts")
     for node in (0, 1):
         make_channels(cluster, topic, node, "work")
@@ -389,11 +387,11 @@ def test_topic_actions_through_buttons(watched: Watched, cluster: Cluster, world
 
     # Tombstone: the dialog names the topic, the node and what is lost there.
     cluster.pub(topic, b"t", node=1, count=3)
-    node = cluster.nsqd_address(1)
-    row = page.locator(f"#topic-nodes tr[data-node='{node}']")
+    address = cluster.nsqd_address(1)
+    row = page.locator(f"#topic-nodes tr[data-node='{address}']")
     expect(row.locator("td").nth(1)).to_have_text("3")
     row.locator("button[data-action=tombstone]").click()
-    watched.confirm(topic, node, "3 messages")
+    watched.confirm(topic, address, "3 messages")
     wait_for(lambda: cluster.topic_stats(1, topic) is None, what="the topic deleted on nsqd #1")
 
     page.click("button[data-action=delete]")
@@ -507,10 +505,10 @@ def test_unreachable_nsqd_is_shown_not_dropped(
         watched.screenshot("partial")
 
         page = watched.open(f"/topics/{world.busy}")
-        expect(page.locator(f"#topic-nodes tr.unreachable[data-unreachable='{dead}']")).to_be_visible()
-        expect(page.locator("#topic-nodes tr.total td").first).to_have_text(
-            "Total (2 of 3 nodes):"
-        )
+        expect(
+            page.locator(f"#topic-nodes tr.unreachable[data-unreachable='{dead}']")
+        ).to_be_visible()
+        expect(page.locator("#topic-nodes tr.total td").first).to_have_text("Total (2 of 3 nodes):")
         expect(page.locator(".alert-warning")).to_have_count(1)
 
         page = watched.open("/nodes")
@@ -567,4 +565,3 @@ def test_graphite_mode_shows_gos_graphs_and_rates(
         watched.close()
         graphed.stop()
         graphite.stop()
-

@@ -89,7 +89,7 @@ const LOGO = html`<svg width="26" height="26" viewBox="0 0 32 32" aria-hidden="t
 function renderNavbar() {
   const interval = graphInterval();
   const graphSelect = config.graph_enabled
-    ? html`<label class="muted" title="Graph timeframe">&#128200;
+    ? html`<label class="muted" title="Graph timeframe">Graphs
         <select id="graph-interval">${INTERVALS.map(
           (i) => html`<option ${i === interval ? "selected" : ""}>${i}</option>`,
         )}</select></label>`

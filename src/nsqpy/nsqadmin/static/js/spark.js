@@ -24,7 +24,8 @@ export function sparkline(points, key, cls, width = 120, height = 20) {
   const isCount = key === "depth" || key === "queued";
   const label = isCount ? commafy(last) + " msgs" : rate(last) + " msgs/s";
   return raw(
-    `<svg class="spark" data-key="${key}" width="${width}" height="${height}" role="img">` +
+    `<svg class="spark" data-key="${key}" width="${width}" height="${height}" role="img"` +
+      ` viewBox="0 0 ${width} ${height}" preserveAspectRatio="none">` +
       `<title>${label}, max ${isCount ? commafy(max) : rate(max)}</title>` +
       `<polyline class="${cls}" points="${coords}"/></svg>`,
   );

@@ -163,8 +163,9 @@ export class TopicsPage {
     const graph = graphActive();
     return html`${banner}${callout}${waiting}
       ${tableScroll(html`<table class="table" id="topics">
-        <thead><tr>${COLUMNS.map(([key, name]) => this.header(key, name))}
-          ${graph ? html`<th>Depth (graphite)</th><th>Messages (graphite)</th><th>Rate</th>` : ""}
+        <thead><tr>${this.header(...COLUMNS[0])}
+          ${graph ? html`<th>Depth graph</th><th>Messages graph</th><th class="num">Rate</th>` : ""}
+          ${COLUMNS.slice(1).map(([key, name]) => this.header(key, name))}
         </tr></thead>
         <tbody>${rows.map((t) => this.row(t, graph))}</tbody>
         ${this.totals(rows, graph)}
@@ -202,6 +203,7 @@ export class TopicsPage {
     return html`<tr data-topic="${t.topic_name}" class="${growing ? "growing" : ""}">
       <td>${growing ? html`<span class="backlog-marker" title="backlog growing"></span>` : ""}<a
         href="${topicPath(t.topic_name)}">${t.topic_name}</a> ${labels}</td>
+      ${graphCells}
       <td class="num ${growing ? "backlog" : ""}" data-col="queued"
         title="topic ${commafy(t.depth)} + channels ${commafy(t.channel_depth)}">${stat("queued")}</td>
       <td>${t.no_stats ? "" : sparkline(points, "queued", "depth", 90, 18)}</td>
@@ -213,7 +215,6 @@ export class TopicsPage {
       <td class="num" data-col="deferred_count">${stat("deferred_count")}</td>
       <td class="num" data-col="message_count">${stat("message_count")}</td>
       <td class="num" data-col="producer_count">${commafy(t.producer_count)}</td>
-      ${graphCells}
     </tr>`;
   }
 
@@ -225,7 +226,7 @@ export class TopicsPage {
           (${nodes.reachable} of ${nodes.total} nodes)</span>`
       : "";
     return html`<tfoot><tr class="total">
-      <td>Total: ${reach}</td>
+      <td>Total: ${reach}</td>${graph ? html`<td></td><td></td><td></td>` : ""}
       <td class="num">${commafy(sum("queued"))}</td><td></td>
       <td class="num">${rate(sum("rate_in"))}</td><td class="num">${rate(sum("rate_out"))}</td>
       <td class="num">${commafy(sum("channel_count"))}</td>
@@ -233,7 +234,6 @@ export class TopicsPage {
       <td class="num">${commafy(sum("in_flight_count"))}</td>
       <td class="num">${commafy(sum("deferred_count"))}</td>
       <td class="num">${commafy(sum("message_count"))}</td><td></td>
-      ${graph ? html`<td></td><td></td><td></td>` : ""}
     </tr></tfoot>`;
   }
 }

@@ -139,6 +139,10 @@ class Client:
                     f'{verb} "{url}": context deadline exceeded '
                     "(Client.Timeout exceeded while awaiting headers)"
                 ) from None
+            except aiohttp.ClientConnectorCertificateError as exc:
+                raise RequestError(
+                    f'{verb} "{url}": tls: failed to verify certificate: {exc.certificate_error}'
+                ) from None
             except aiohttp.ClientConnectorError as exc:
                 errno = exc.os_error.errno
                 cause = os.strerror(errno) if errno else str(exc.os_error)

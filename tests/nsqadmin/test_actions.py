@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import Cluster, StartAdmin, api, wait_for
+from .conftest import Cluster, StartAdmin, api, http, wait_for
 
 OK = (200, {"message": ""})
 
@@ -309,3 +309,22 @@ def test_cross_site_writes_are_refused(cluster: Cluster, start_admin: StartAdmin
     assert api(admin, "POST", path, pause, same_origin) == OK
     assert api(admin, "POST", path, {"action": "unpause"}) == OK  # no Origin: a script
     assert cluster.topic_stats(0, topic)["paused"] is False
+
+
+def test_tombstoned_producers_stay_listed(cluster: Cluster, start_admin: StartAdmin) -> None:
+    topic = spread(cluster, "marked")
+    node = cluster.nsqd_address(0)
+    lookupd = cluster.lookupd.http_url
+    assert http(f"{lookupd}/topic/tombstone?topic={topic}&node={node}", "POST")[0] == 200
+    cluster.wait_registered(topic, 1)  # lookupd's /lookup now leaves nsqd 0 out
+    admin = start_admin()
+    status, body = api(admin, "GET", f"/api/topics/{topic}")
+    assert status == 200
+    marks = {n["node"]: n["tombstoned"] for n in body["nodes"]}
+    assert marks == {node: True, cluster.nsqd_address(1): False}
+    assert body["message_count"] == 4  # the tombstoned node's messages still count
+    status, body = api(admin, "GET", f"/api/topics/{topic}/c")
+    assert {n["node"]: n["tombstoned"] for n in body["nodes"]}[node] is True
+    status, body = api(admin, "GET", "/api/nodes")
+    producer = next(p for p in body["nodes"] if f"127.0.0.1:{p['http_port']}" == node)
+    assert {"topic": topic, "tombstoned": True} in producer["topics"]

@@ -397,8 +397,8 @@ def channel_add(total: Json, node_stats: Json) -> None:
     if total["e2e_processing_latency"] is None:
         total["e2e_processing_latency"] = _new_e2e(total["topic_name"], total["channel_name"])
     _e2e_add(total["e2e_processing_latency"], node_stats["e2e_processing_latency"])
-    if node_stats["clients"] is not None or total["clients"] is not None:
-        clients = [*(total["clients"] or []), *(node_stats["clients"] or [])]
+    if node_stats["clients"]:  # Go appends to a nil slice: null until a client is seen
+        clients = [*(total["clients"] or []), *node_stats["clients"]]
         total["clients"] = sorted(clients, key=lambda c: (c["hostname"], c["node"]))
 
 

@@ -175,10 +175,20 @@ class History:
             point = {"t": t_ms, "depth": int(depth), "rate_in": 0.0, "rate_out": _round(rate_out)}
             self._series(self.channels, key).append(point)
         self._fill_channel_rate_in(topic_rows, channel_totals, t_ms)
+        self._forget_stale(t_ms)
         self._overview_topics = [
             self._overview_row(row, poll) for _, row in sorted(topic_rows.items())
         ]
         self.last = poll
+
+    def _forget_stale(self, t_ms: int) -> None:
+        """Drop the series of topics, channels and nodes not seen for a whole history window
+        (deleted ones), so memory stays bounded by what the cluster holds now."""
+        window_ms = self.points * max(self.interval_ms, 1)
+        tables: tuple[dict[Any, deque[Json]], ...] = (self.topics, self.channels, self.nodes)
+        for table in tables:
+            for key in [k for k, series in table.items() if t_ms - series[-1]["t"] > window_ms]:
+                del table[key]
 
     def _fill_channel_rate_in(
         self, rows: dict[str, Json], channels: dict[tuple[str, str], list[float]], t_ms: int
@@ -248,9 +258,6 @@ class History:
             "topics": self._overview_topics,
             "message": "WARNING: " + "; ".join(messages) if messages else "",
         }
-
-    def _known_topic(self, topic: str) -> bool:
-        return topic in self.topics
 
     def topic_points(self, topic: str) -> list[Json] | None:
         if self.last is None:

@@ -75,6 +75,16 @@ class Watched:
         self.allowed: list[re.Pattern[str]] = []
         self.page.on("console", self._on_console)
         self.page.on("pageerror", self._on_page_error)
+        # Chrome's "Failed to load resource" console errors do not name the URL: keep them here.
+        self.failed_requests: list[str] = []
+        self.page.on(
+            "response",
+            lambda r: (
+                self.failed_requests.append(f"{r.status} {r.request.method} {r.url}")
+                if r.status >= 400
+                else None
+            ),
+        )
 
     def _on_console(self, message: ConsoleMessage) -> None:
         if message.type == "error":
@@ -89,7 +99,7 @@ class Watched:
 
     def assert_no_errors(self) -> None:
         unexpected = [e for e in self.errors if not any(p.search(e) for p in self.allowed)]
-        assert unexpected == [], unexpected
+        assert unexpected == [], (unexpected, self.failed_requests)
 
     def open(self, path: str) -> Page:
         """Go to ``path`` and wait until the page has rendered its data once."""

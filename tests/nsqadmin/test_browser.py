@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from playwright.sync_api import Browser, expect
 
-from nsqpy.testing import DaemonProcess, start_nsqadmin
+from nsqpy.testing import DaemonProcess, start_nsqadmin, start_nsqd
 from tests.raw_v2 import NsqConn
 
 from .browser_support import PHONE, FakeGraphite, Watched, chromium, number
@@ -565,3 +565,96 @@ def test_graphite_mode_shows_gos_graphs_and_rates(
         watched.close()
         graphed.stop()
         graphite.stop()
+
+
+def test_e2e_latency_columns_and_durations(
+    browser: Browser, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    nsqd = start_nsqd(
+        tmp_path_factory.mktemp("e2e"), "--e2e-processing-latency-percentile=0.99,0.5"
+    )
+    front = start_nsqadmin(
+        f"--nsqd-http-address=127.0.0.1:{nsqd.http_port}", "--poll-interval=200ms"
+    )
+    watched = Watched(browser, front.http_url)
+    try:
+        with NsqConn(nsqd.tcp_address) as consumer:
+            consumer.identify(client_id="lat", hostname="lat")
+            consumer.sub("timed", "done")
+            consumer.rdy(10)
+            for _ in range(5):
+                assert http(f"{nsqd.http_url}/pub?topic=timed", "POST", b"x")[0] == 200
+                consumer.fin(consumer.expect_message().id)
+            page = watched.open("/topics/timed")
+            header = page.locator("#topic-nodes tr").nth(1)
+            expect(header).to_contain_text("99th")
+            expect(header).to_contain_text("50th")
+            latency = page.locator("#topic-nodes tr.total td").nth(5)
+            wait_for(
+                lambda: re.fullmatch(r"[\d.]+(ns|us|ms|s)", latency.inner_text().strip()),
+                what="an E2E latency in the topic's Total row",
+            )
+            page = watched.open("/topics/timed/done")
+            expect(page.locator("#channel-nodes")).to_contain_text("E2E Processing Latency")
+        # Go printed 2 min 0.68 s as "2m682.48ms"; the page's formatter says 2m0.68s.
+        formatted = page.evaluate(
+            """async () => {
+                const f = await import(document.querySelector("script[type=module]").src
+                    .replace("app.js", "format.js"));
+                return [f.duration(120.68e9), f.duration(3723e9), f.duration(41.333e9),
+                        f.duration(682800), f.duration(120e9), f.duration(0)];
+            }"""
+        )
+        assert formatted == ["2m0.68s", "1h2m3s", "41.33s", "682.8us", "2m0s", "0ns"]
+        watched.assert_no_errors()
+    finally:
+        watched.close()
+        front.stop()
+        nsqd.stop()
+
+
+def test_unreachable_lookupd_is_marked_on_the_lookup_page(
+    browser: Browser, cluster: Cluster, world: World
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    partial = admin_for(cluster, f"--lookupd-http-address={dead}")
+    watched = Watched(browser, partial.http_url)
+    try:
+        page = watched.open("/lookup")
+        rows = page.locator("#lookupd-hosts tr")
+        expect(rows).to_have_count(3)
+        expect(page.locator("#lookupd-hosts tr.unreachable")).to_contain_text(dead)
+        expect(page.locator("#lookupd-hosts tr.unreachable")).to_contain_text("unreachable")
+        expect(page.locator(".alert-warning")).to_have_count(1)
+        expect(page.locator(f"#inactive li[data-topic='{world.ghost}']")).to_be_visible()
+        watched.assert_no_errors()
+    finally:
+        watched.close()
+        partial.stop()
+
+
+def test_base_path_deep_links_and_in_app_navigation(
+    browser: Browser, cluster: Cluster, world: World
+) -> None:
+    prefixed = admin_for(cluster, "--base-path=/ops/nsq")
+    watched = Watched(browser, prefixed.http_url)
+    try:
+        page = watched.open(f"/ops/nsq/topics/{world.busy}/metrics")  # a deep link
+        expect(page.locator("blockquote")).to_contain_text("metrics")
+        page.evaluate("window.sameDocument = true")
+        page.click(f".breadcrumb a:has-text('{world.busy}')")
+        page.wait_for_url(re.compile(f"/ops/nsq/topics/{world.busy}$"))
+        expect(page.locator("#channels tr[data-channel=archive]")).to_be_visible()
+        page.click("nav a[data-nav=nodes]")
+        page.wait_for_url(re.compile("/ops/nsq/nodes$"))
+        expect(page.locator("#nodes tr[data-node]")).to_have_count(2)
+        page.go_back()
+        page.wait_for_url(re.compile(f"/ops/nsq/topics/{world.busy}$"))
+        expect(page.locator("#channels")).to_be_visible()
+        assert page.evaluate("window.sameDocument") is True  # pushState, no page loads
+        watched.assert_no_errors()
+    finally:
+        watched.close()
+        prefixed.stop()

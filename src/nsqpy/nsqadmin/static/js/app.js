@@ -24,6 +24,8 @@ const state = {
   updatedAt: 0,
   failed: "",
   paused: localStorage.getItem(PAUSED_KEY) === "1",
+  holding: false, // an action is running: no refresh may ask for what it is deleting
+  inflight: null, // the refresh under way, if any
 };
 
 // ---- routing ---------------------------------------------------------------------------
@@ -152,7 +154,17 @@ function ctx(generation) {
   return {
     isAdmin: Boolean(config.is_admin),
     navigate,
-    reload: () => refresh(generation),
+    // Before an action: stop refreshing and let a refresh under way finish. (A refresh of a
+    // topic being deleted would fetch a 404, which the browser logs as an error.)
+    hold: () => {
+      state.holding = true;
+      clearTimeout(state.timer);
+      return state.inflight || Promise.resolve();
+    },
+    reload: () => {
+      state.holding = false;
+      return refresh(generation);
+    },
   };
 }
 
@@ -162,6 +174,7 @@ async function show() {
   const generation = state.generation;
   state.updatedAt = 0;
   state.failed = "";
+  state.holding = false;
   const page = route(window.location.pathname);
   state.page = page;
   const main = document.getElementById("main");
@@ -212,16 +225,26 @@ function paint(page, main, generation) {
 
 function scheduleRefresh(generation) {
   clearTimeout(state.timer);
-  if (!state.paused && generation === state.generation) {
+  if (!state.paused && !state.holding && generation === state.generation) {
     state.timer = setTimeout(() => refresh(generation), REFRESH_MS);
   }
 }
 
-async function refresh(generation) {
+function refresh(generation) {
   if (generation !== state.generation) {
-    return;
+    return Promise.resolve();
   }
   clearTimeout(state.timer);
+  const run = reloadPage(generation).finally(() => {
+    if (state.inflight === run) {
+      state.inflight = null;
+    }
+  });
+  state.inflight = run;
+  return run;
+}
+
+async function reloadPage(generation) {
   const page = state.page;
   const main = document.getElementById("main");
   try {

@@ -112,6 +112,7 @@ export async function runAction(ctx, { title, body, action, style, call, done, a
   if (!ok) {
     return false;
   }
+  await ctx.hold();
   try {
     const result = await call();
     if (result && result.message) {
@@ -119,6 +120,7 @@ export async function runAction(ctx, { title, body, action, style, call, done, a
     }
   } catch (err) {
     toast(err.message, "danger");
+    ctx.reload();
     return false;
   }
   toast(done);

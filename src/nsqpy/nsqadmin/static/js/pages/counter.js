@@ -7,6 +7,7 @@ import { warningBanner } from "../ui.js";
 import { graphActive, largeGraphUrl } from "../graphite.js";
 
 const ANIMATION_MS = 900;
+const NOTE_MS = 15000;
 
 export class CounterPage {
   nav = "counter";
@@ -54,15 +55,19 @@ export class CounterPage {
     }
   }
 
+  // msgs/s between the last two polls; a drop in the total is said for a while.
   rateLine() {
     const line = document.getElementById("counter-rate");
     const now = { total: this.total, at: this.polledAt };
     if (this.previous && now.at > this.previous.at) {
       const delta = now.total - this.previous.total;
-      line.textContent =
-        delta >= 0
-          ? `${rate((delta * 1000) / (now.at - this.previous.at))} msgs/s`
-          : `down ${commafy(-delta)}: a channel, topic or node went away`;
+      if (delta < 0) {
+        this.note = `down ${commafy(-delta)}: a channel, topic or node went away`;
+        this.noteUntil = now.at + NOTE_MS;
+      }
+      const perSecond = (Math.max(delta, 0) * 1000) / (now.at - this.previous.at);
+      const note = this.note && now.at < this.noteUntil ? " · " + this.note : "";
+      line.textContent = `${rate(perSecond)} msgs/s${note}`;
     }
     this.previous = now;
   }

@@ -277,6 +277,14 @@ class History:
         series = self.nodes.get(node)
         return list(series) if series is not None else None
 
+    def latest_channels(self) -> dict[tuple[str, str], Json]:
+        """Each channel's point from the last poll (channels the last poll did not see are
+        left out)."""
+        if self.last is None:
+            return {}
+        t_ms = round(self.last.at * 1000)
+        return {key: s[-1] for key, s in self.channels.items() if s and s[-1]["t"] == t_ms}
+
     def unreachable_nodes(self) -> list[Json]:
         return [f.as_json() for f in self.last.node_failures] if self.last else []
 

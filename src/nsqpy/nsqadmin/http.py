@@ -2,9 +2,10 @@
 ``nsqadmin/http.go``). The route table is :meth:`AdminHTTP.routes`; every route lives under
 ``--base-path``.
 
-Beyond Go (additive): ``/api/overview`` and ``/api/history`` (the poller's rates and history),
-an ``unreachable`` list beside Go's ``WARNING:`` message, ``total_topics`` on a node, tombstoned
-producers kept on topic and channel pages, and refusal of cross-site writes.
+Beyond Go (additive): ``/api/overview``, ``/api/history`` and ``/metrics`` (the poller's rates,
+history and Prometheus gauges), an ``unreachable`` list beside Go's ``WARNING:`` message,
+``total_topics`` on a node, tombstoned producers kept on topic and channel pages, and refusal
+of cross-site writes.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..internal.http_api import (
 )
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from . import clusterinfo as cluster
+from .metrics import metrics_handler
 from .options import COMMAND_ONLY, Options
 
 if TYPE_CHECKING:
@@ -282,6 +284,7 @@ class AdminHTTP:
             ("GET", "/api/graphite", self.graphite),
             ("GET", "/api/overview", self.overview),
             ("GET", "/api/history", self.history),
+            ("GET", "/metrics", metrics_handler(self.admin.history)),
             ("GET", "/config/{opt}", self.config),
             ("PUT", "/config/{opt}", self.config),
         ]

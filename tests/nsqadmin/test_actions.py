@@ -305,6 +305,11 @@ def test_cross_site_writes_are_refused(cluster: Cluster, start_admin: StartAdmin
     )
     assert cluster.topic_stats(0, topic)["paused"] is False
     assert api(admin, "GET", path, None, {"Origin": "http://evil.example"})[0] == 200
+    bad_port = {"Origin": "http://127.0.0.1:port"}
+    assert api(admin, "POST", path, pause, bad_port) == forbidden
+    proxied = {"Origin": "https://admin.example", "X-Forwarded-Host": "admin.example"}
+    assert api(admin, "POST", path, pause, proxied) == OK  # a TLS proxy in front
+    assert api(admin, "POST", path, {"action": "unpause"}) == OK
     same_origin = {"Origin": admin.http_url, "Sec-Fetch-Site": "same-origin"}
     assert api(admin, "POST", path, pause, same_origin) == OK
     assert api(admin, "POST", path, {"action": "unpause"}) == OK  # no Origin: a script

@@ -219,18 +219,25 @@ def is_cross_site(request: web.Request) -> bool:
     are not cross-site."""
     if request.headers.get("Sec-Fetch-Site", "") == "cross-site":
         return True
-    origin = request.headers.get("Origin")
-    if origin is None:
+    origin_header = request.headers.get("Origin")
+    if origin_header is None:
         return False
-    parts = urlsplit(origin)
-    if not parts.hostname:
+    scheme = urlsplit(origin_header).scheme
+    default_port = 443 if scheme == "https" else 80  # a Host without a port: the same scheme
+    origin = _host_and_port(origin_header.partition("://")[2], default_port)
+    if not origin[0]:
         return True  # "null" and other opaque origins
-    default_port = 443 if parts.scheme == "https" else 80
-    origin_host = (parts.hostname, parts.port or default_port)
-    host = urlsplit(f"//{request.host}")
-    request_scheme_port = 443 if request.scheme == "https" else 80
-    own_host = ((host.hostname or "").lower(), host.port or request_scheme_port)
-    return (origin_host[0].lower(), origin_host[1]) != own_host
+    # behind a reverse proxy the browser's host may arrive as X-Forwarded-Host
+    hosts = [request.host, request.headers.get("X-Forwarded-Host", "").split(",")[0].strip()]
+    return all(origin != _host_and_port(host, default_port) for host in hosts if host)
+
+
+def _host_and_port(host: str, default_port: int) -> tuple[str, int]:
+    parts = urlsplit(f"//{host}")
+    try:
+        return ((parts.hostname or "").lower(), parts.port or default_port)
+    except ValueError:  # a port that is not a number matches nothing
+        return ("", 0)
 
 
 # --------------------------------------------------------------------------- the server
@@ -582,7 +589,7 @@ class AdminHTTP:
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
 
-    def _action_response(self, failures: list[cluster.Failure], what: str) -> web.Response:
+    def _action_response(self, failures: list[cluster.Failure]) -> web.Response:
         warnings = Warnings(self.logger)
         warnings.add(failures)
         return v1_json({"message": warnings.message})
@@ -601,7 +608,7 @@ class AdminHTTP:
         except cluster.UpstreamError as exc:
             raise upstream_error(self.logger, "tombstone node for topic", exc) from None
         self.notify("tombstone_topic_producer", topic, "", node, request)
-        return self._action_response(failures, "tombstone")
+        return self._action_response(failures)
 
     async def create_topic_channel(self, request: web.Request) -> web.Response:
         self.require_admin(request)
@@ -621,7 +628,7 @@ class AdminHTTP:
         self.notify("create_topic", topic, "", "", request)
         if channel:
             self.notify("create_channel", topic, channel, "", request)
-        return self._action_response(failures, "create")
+        return self._action_response(failures)
 
     async def delete_topic(self, request: web.Request) -> web.Response:
         self.require_admin(request)
@@ -631,7 +638,7 @@ class AdminHTTP:
         except cluster.UpstreamError as exc:
             raise upstream_error(self.logger, "delete topic", exc) from None
         self.notify("delete_topic", topic, "", "", request)
-        return self._action_response(failures, "delete")
+        return self._action_response(failures)
 
     async def delete_channel(self, request: web.Request) -> web.Response:
         self.require_admin(request)
@@ -641,7 +648,7 @@ class AdminHTTP:
         except cluster.UpstreamError as exc:
             raise upstream_error(self.logger, "delete channel", exc) from None
         self.notify("delete_channel", topic, channel, "", request)
-        return self._action_response(failures, "delete")
+        return self._action_response(failures)
 
     async def topic_action(self, request: web.Request) -> web.Response:
         return await self._topic_channel_action(request, request.match_info["topic"], "")
@@ -674,7 +681,7 @@ class AdminHTTP:
         self.notify(f"{action}_{kind}", topic, channel, "", request)
         if error is not None:
             raise upstream_error(self.logger, f"{action} topic/channel", error)
-        return self._action_response(failures, action)
+        return self._action_response(failures)
 
     # ------------------------------------------------------------------ graphite
 

@@ -480,7 +480,10 @@ def test_non_admin_sees_no_action_buttons_and_is_forbidden(
         assert not (cluster.topic_stats(0, world.busy) or {}).get("paused")
         visitor.assert_no_errors()
 
+        expect(visitor.page.locator("#read-only")).to_be_visible()
         page = alice.open(f"/topics/{world.busy}")
+        expect(page.locator("#read-only")).to_have_count(0)
+        expect(page.locator("nav .user")).to_have_text("alice")
         expect(page.locator("button[data-action]")).to_have_count(3 + 2)  # + a ✘ per node
         alice.assert_no_errors()
     finally:

@@ -24,6 +24,7 @@ const state = {
   updatedAt: 0,
   failed: "",
   paused: localStorage.getItem(PAUSED_KEY) === "1",
+  stale: false, // a refresh was skipped while the tab was hidden
   holding: false, // an action is running: no refresh may ask for what it is deleting
   inflight: null, // the refresh under way, if any
 };
@@ -108,6 +109,9 @@ function renderNavbar() {
       <span class="dot"></span><span id="refresh-text">loading…</span>
       <button type="button" id="refresh-toggle"></button>
     </span>
+    ${config.user ? html`<span class="muted user" title="the user named by the ACL header">${config.user}</span>` : ""}
+    ${config.is_admin ? "" : html`<span class="label label-default" id="read-only"
+      title="not an admin user: no actions">read-only</span>`}
     <span class="version label label-success">v${config.version}</span>`);
   const select = document.getElementById("graph-interval");
   if (select) {
@@ -226,7 +230,14 @@ function paint(page, main, generation) {
 function scheduleRefresh(generation) {
   clearTimeout(state.timer);
   if (!state.paused && !state.holding && generation === state.generation) {
-    state.timer = setTimeout(() => refresh(generation), REFRESH_MS);
+    state.timer = setTimeout(() => {
+      // A tab nobody looks at does not poll; it catches up when shown again.
+      if (document.hidden) {
+        state.stale = true;
+      } else {
+        refresh(generation);
+      }
+    }, REFRESH_MS);
   }
 }
 
@@ -264,5 +275,11 @@ async function reloadPage(generation) {
 renderNavbar();
 document.addEventListener("click", onLinkClick);
 window.addEventListener("popstate", show);
+document.addEventListener("visibilitychange", () => {
+  if (!document.hidden && state.stale && !state.paused) {
+    state.stale = false;
+    refresh(state.generation);
+  }
+});
 setInterval(showRefreshState, 1000);
 show();

@@ -23,7 +23,7 @@ const state = {
   timer: null,
   updatedAt: 0,
   failed: "",
-  paused: localStorage.getItem(PAUSED_KEY) === "1",
+  paused: sessionStorage.getItem(PAUSED_KEY) === "1", // per tab
   stale: false, // a refresh was skipped while the tab was hidden
   holding: false, // an action is running: no refresh may ask for what it is deleting
   inflight: null, // the refresh under way, if any
@@ -124,7 +124,7 @@ function renderNavbar() {
   }
   document.getElementById("refresh-toggle").addEventListener("click", () => {
     state.paused = !state.paused;
-    localStorage.setItem(PAUSED_KEY, state.paused ? "1" : "0");
+    sessionStorage.setItem(PAUSED_KEY, state.paused ? "1" : "0");
     if (state.paused) {
       clearTimeout(state.timer);
     } else {
@@ -167,7 +167,7 @@ function ctx(generation) {
     },
     reload: () => {
       state.holding = false;
-      return refresh(generation);
+      return refresh(generation, true);
     },
   };
 }
@@ -241,12 +241,13 @@ function scheduleRefresh(generation) {
   }
 }
 
-function refresh(generation) {
+// forced: repaint even while paused (after an action the page must show its effect).
+function refresh(generation, forced = false) {
   if (generation !== state.generation) {
     return Promise.resolve();
   }
   clearTimeout(state.timer);
-  const run = reloadPage(generation).finally(() => {
+  const run = reloadPage(generation, forced).finally(() => {
     if (state.inflight === run) {
       state.inflight = null;
     }
@@ -255,12 +256,14 @@ function refresh(generation) {
   return run;
 }
 
-async function reloadPage(generation) {
+async function reloadPage(generation, forced) {
   const page = state.page;
   const main = document.getElementById("main");
   try {
     await page.load();
-    if (generation === state.generation && main.querySelector("#page-body")) {
+    // A refresh that was under way when Pause was pressed does not change the frozen page.
+    const frozen = state.paused && !forced;
+    if (!frozen && generation === state.generation && main.querySelector("#page-body")) {
       paint(page, main, generation);
     }
   } catch (err) {

@@ -175,3 +175,40 @@ def test_gzip_and_deflate_when_asked(start_admin: StartAdmin) -> None:
         assert "Accept-Encoding" in headers["Vary"]
         wbits = 16 + zlib.MAX_WBITS if coding == "gzip" else zlib.MAX_WBITS
         assert zlib.decompress(raw, wbits) == plain
+
+
+GO_DEFAULTS = {
+    "log_prefix": "[nsqadmin] ",
+    "log_level": 2,
+    "base_path": "/",
+    "dev_static_dir": "",
+    "graphite_url": "",
+    "proxy_graphite": False,
+    "statsd_prefix": "nsq.%s",
+    "statsd_counter_format": "stats.counters.%s.count",
+    "statsd_gauge_format": "stats.gauges.%s",
+    "statsd_interval": 60_000_000_000,
+    "nsqd_http_addresses": [],
+    "http_client_connect_timeout": 2_000_000_000,
+    "http_client_request_timeout": 5_000_000_000,
+    "http_client_tls_insecure_skip_verify": False,
+    "http_client_tls_root_ca_file": "",
+    "http_client_tls_cert": "",
+    "http_client_tls_key": "",
+    "allow_config_from_cidr": "127.0.0.1/8",
+    "notification_http_endpoint": "",
+    "acl_http_header": "X-Forwarded-User",
+    "admin_users": [],
+}
+
+
+def test_go_defaults(cluster: Cluster) -> None:
+    admin = start_nsqadmin(f"--lookupd-http-address={cluster.lookupd_address}")
+    try:
+        for key, value in GO_DEFAULTS.items():
+            assert api(admin, "GET", f"/config/{key}") == (200, value), key
+        assert api(admin, "GET", "/config/http_address") == (200, "127.0.0.1:0")
+        assert api(admin, "GET", "/config/poll_interval") == (200, 5_000_000_000)
+        assert api(admin, "GET", "/config/history_points") == (200, 360)
+    finally:
+        admin.stop()

@@ -68,6 +68,10 @@ def test_create_channel_reaches_the_producing_nsqd(
         ({"topic": "ok", "channel": "bad channel!"}, "INVALID_CHANNEL"),
         (b"", "EOF"),
         (b"nope", "invalid character 'n' looking for beginning of value"),
+        (
+            {"topic": 5},
+            "json: cannot unmarshal number into Go struct field .topic of type string",
+        ),
     ],
 )
 def test_create_refuses_bad_input(start_admin: StartAdmin, body: Any, message: str) -> None:

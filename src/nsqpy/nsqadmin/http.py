@@ -39,6 +39,7 @@ from ..internal.http_api import (
     v1_errors,
     v1_json,
 )
+from ..internal.net import format_address
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from . import clusterinfo as cluster
 from .metrics import metrics_handler
@@ -148,16 +149,29 @@ def _decode_json_body(raw: bytes) -> Any:
     return value
 
 
+def _json_kind(value: Any) -> str:
+    """The JSON kind as Go's decoder names it in its errors."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return "string" if isinstance(value, str) else "value"
+
+
 def _string_field(body: Any, key: str) -> str:
+    """``body[key]`` decoded into a Go string field (absent or null: ``""``)."""
     if not isinstance(body, dict):
-        raise ValueError(f"json: cannot unmarshal {type(body).__name__} into Go value")
+        raise ValueError(f"json: cannot unmarshal {_json_kind(body)} into Go value")
     value = body.get(key, "")
     if value is None:
         return ""
     if not isinstance(value, str):
         raise ValueError(
-            f"json: cannot unmarshal {type(value).__name__} into Go struct field .{key} "
-            "of type string"
+            f"json: cannot unmarshal {_json_kind(value)} into Go struct field .{key} of type string"
         )
     return value
 
@@ -187,12 +201,10 @@ async def _read_limited(request: web.Request, limit: int) -> bytes:
 
 
 def _remote_addr(request: web.Request) -> str:
+    """Go's ``req.RemoteAddr``: ``ip:port``."""
     transport = request.transport
     peer = transport.get_extra_info("peername") if transport is not None else None
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        host = str(peer[0])
-        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
-    return ""
+    return format_address(peer) if peer else ""
 
 
 # --------------------------------------------------------------------------- middlewares

@@ -60,7 +60,7 @@ def admin(cluster: Cluster) -> Iterator[DaemonProcess]:
 
 
 @pytest.fixture(scope="module")
-def world(cluster: Cluster) -> Iterator[World]:
+def world(cluster: Cluster, admin: DaemonProcess) -> Iterator[World]:
     busy, quiet, ghost = cluster.new_topic("busy"), cluster.new_topic("quiet"), cluster.new_topic()
     for node in (0, 1):
         make_channels(cluster, busy, node, "archive", "metrics")
@@ -77,6 +77,8 @@ def world(cluster: Cluster) -> Iterator[World]:
     assert http(f"{lookupd}/channel/create?topic={ghost}&channel=later", "POST")[0] == 200
     cluster.wait_registered(busy, 2)
     cluster.wait_registered(quiet, 1)
+    wait_polled(admin, busy, "archive", "metrics")
+    wait_polled(admin, quiet, "mailer")
     yield World(busy, quiet, ghost)
     consumer.close()
 
@@ -116,8 +118,16 @@ def counter_total(admin: DaemonProcess) -> int:
     return sum(s["message_count"] for s in body["stats"].values())
 
 
-def cell(watched: Watched, selector: str) -> str:
-    return watched.page.locator(selector).inner_text()
+def wait_polled(admin: DaemonProcess, topic: str, *channels: str) -> None:
+    """Until nsqadmin's poller has history for the topic and channels (so a page opened now
+    finds it: a series it has not seen yet is a 404, which the browser logs as an error)."""
+
+    def known(query: str) -> bool:
+        status, body = api(admin, "GET", f"/api/history?{query}")
+        return status == 200 and bool(body["points"])
+
+    queries = [f"topic={topic}"] + [f"topic={topic}&channel={c}" for c in channels]
+    wait_for(lambda: all(known(q) for q in queries), what=f"nsqadmin to poll {topic}")
 
 
 # --------------------------------------------------------------------------- read-only pages
@@ -256,7 +266,7 @@ def test_counter_counts_up_and_down(
 
 
 def test_rates_appear_and_refresh_can_pause(
-    watched: Watched, cluster: Cluster, world: World
+    watched: Watched, cluster: Cluster, admin: DaemonProcess, world: World
 ) -> None:
     topic = cluster.new_topic("live")
     make_channels(cluster, topic, 0, "sink")  # nobody reads it: a backlog that grows
@@ -271,6 +281,7 @@ def test_rates_appear_and_refresh_can_pause(
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
     try:
+        wait_polled(admin, topic, "sink")
         page = watched.open("/")
         row = page.locator(f"tr[data-topic='{topic}']")
         row.wait_for()
@@ -319,13 +330,16 @@ def test_rates_appear_and_refresh_can_pause(
 # --------------------------------------------------------------------------- actions
 
 
-def test_channel_actions_through_buttons(watched: Watched, cluster: Cluster, world: World) -> None:
+def test_channel_actions_through_buttons(
+    watched: Watched, cluster: Cluster, admin: DaemonProcess, world: World
+) -> None:
     topic = cluster.new_topic("acts")
     for node in (0, 1):
         make_channels(cluster, topic, node, "work")
     cluster.pub(topic, b"w", node=0, count=7)
     cluster.pub(topic, b"w", node=1, count=3)
     cluster.wait_registered(topic, 2)
+    wait_polled(admin, topic, "work")
     page = watched.open(f"/topics/{topic}/work")
 
     def on_both(key: str, value: Any) -> bool:
@@ -360,13 +374,16 @@ def test_channel_actions_through_buttons(watched: Watched, cluster: Cluster, wor
     wait_for(lambda: on_both("depth", None), what="the channel deleted on both nsqd")
 
 
-def test_topic_actions_through_buttons(watched: Watched, cluster: Cluster, world: World) -> None:
+def test_topic_actions_through_buttons(
+    watched: Watched, cluster: Cluster, admin: DaemonProcess, world: World
+) -> None:
     topic = cluster.new_topic("tacts")
     for node in (0, 1):
         assert cluster.nsqd_post(node, f"/topic/create?topic={topic}") == 200
     cluster.pub(topic, b"t", node=0, count=4)
     cluster.pub(topic, b"t", node=1, count=6)  # no channel: the messages wait at the topic
     cluster.wait_registered(topic, 2)
+    wait_polled(admin, topic)
     page = watched.open(f"/topics/{topic}")
 
     def on_both(key: str, value: Any) -> bool:
@@ -588,6 +605,7 @@ def test_e2e_latency_columns_and_durations(
             for _ in range(5):
                 assert http(f"{nsqd.http_url}/pub?topic=timed", "POST", b"x")[0] == 200
                 consumer.fin(consumer.expect_message().id)
+            wait_polled(front, "timed", "done")
             page = watched.open("/topics/timed")
             header = page.locator("#topic-nodes tr").nth(1)
             expect(header).to_contain_text("99th")

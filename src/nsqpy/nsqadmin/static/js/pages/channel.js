@@ -56,10 +56,9 @@ export class ChannelPage {
 
   async load() {
     const path = "/topics/" + encodeURIComponent(this.topic) + "/" + encodeURIComponent(this.channel);
-    const [stats, hist] = await Promise.all([
-      get(path),
-      history({ topic: this.topic, channel: this.channel }),
-    ]);
+    const stats = await get(path);
+    const known = (stats.nodes || []).length > 0; // the poller has nothing for the rest
+    const hist = known ? await history({ topic: this.topic, channel: this.channel }) : null;
     this.path = path;
     this.stats = stats;
     this.hist = hist;

@@ -36,11 +36,13 @@ export class TopicPage {
 
   async load() {
     const t = encodeURIComponent(this.topic);
-    const [stats, hist] = await Promise.all([get("/topics/" + t), history({ topic: this.topic })]);
+    const stats = await get("/topics/" + t);
+    // History only for what nsqd reported: the poller has nothing for the rest.
     const channels = stats.channels || [];
-    const channelHistories = await Promise.all(
-      channels.map((c) => history({ topic: this.topic, channel: c.channel_name })),
-    );
+    const [hist, ...channelHistories] = await Promise.all([
+      (stats.nodes || []).length ? history({ topic: this.topic }) : null,
+      ...channels.map((c) => history({ topic: this.topic, channel: c.channel_name })),
+    ]);
     this.stats = stats;
     this.hist = hist;
     this.channelHistories = channelHistories;

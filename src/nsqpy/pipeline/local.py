@@ -54,6 +54,17 @@ class LocalNSQ:
             ["TCP", "HTTP"],
         ).start(_START_TIMEOUT)
         try:
+            # the others need only lookupd's address: start them side by side
+            if self.with_admin:
+                self.admin = _daemon(
+                    "nsqpy.nsqadmin",
+                    [
+                        f"--http-address=127.0.0.1:{preferred_port(4171)}",
+                        f"--lookupd-http-address={self.lookupd.http}",
+                    ],
+                    logs / "nsqadmin.log",
+                    ["HTTP"],
+                ).launch()
             for i in range(self.nsqd_count):
                 data = self.work_dir / f"nsqd{i + 1}"
                 data.mkdir(parents=True, exist_ok=True)
@@ -71,17 +82,9 @@ class LocalNSQ:
                     logs / f"nsqd{i + 1}.log",
                     ["TCP", "HTTP"],
                 )
-                self.nsqds.append(nsqd.start(_START_TIMEOUT))
-            if self.with_admin:
-                self.admin = _daemon(
-                    "nsqpy.nsqadmin",
-                    [
-                        f"--http-address=127.0.0.1:{preferred_port(4171)}",
-                        f"--lookupd-http-address={self.lookupd.http}",
-                    ],
-                    logs / "nsqadmin.log",
-                    ["HTTP"],
-                ).start(_START_TIMEOUT)
+                self.nsqds.append(nsqd.launch())
+            for daemon in [*self.nsqds, *([self.admin] if self.admin else [])]:
+                daemon.wait_ready(_START_TIMEOUT)
         except BaseException:
             self.stop()
             raise

@@ -69,6 +69,12 @@ class DaemonProcess:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, timeout: float = 15.0) -> DaemonProcess:
+        """Start the process and wait until it listens on every ``expect``-ed kind."""
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> DaemonProcess:
+        """Start the process without waiting (then :meth:`wait_ready`), so that several
+        daemons can start side by side."""
         if self._log_thread is not None:  # a previous run's reader must not signal this one
             self._log_thread.join(5)
         self.addresses = {}
@@ -87,6 +93,12 @@ class DaemonProcess:
             target=self._pump_log, args=(self.proc, self._ready), daemon=True
         )
         self._log_thread.start()
+        return self
+
+    def wait_ready(self, timeout: float = 15.0) -> DaemonProcess:
+        """Wait for the listening lines; on failure the process is killed and RuntimeError
+        carries its log."""
+        assert self.proc is not None, "launch() first"
         if not self._ready.wait(timeout):
             self.kill()
             raise RuntimeError(f"{self.module} did not start in {timeout}s:\n{self.log}")

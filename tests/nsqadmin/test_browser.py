@@ -340,7 +340,11 @@ def test_channel_actions_through_buttons(
     cluster.pub(topic, b"w", node=1, count=3)
     cluster.wait_registered(topic, 2)
     wait_polled(admin, topic, "work")
-    page = watched.open(f"/topics/{topic}/work")
+    # Arrive by a link, as a user does: the topic page's handlers must not outlive it.
+    page = watched.open(f"/topics/{topic}")
+    page.click("#channels a:has-text('work')")
+    page.wait_for_url(re.compile(f"/topics/{topic}/work$"))
+    expect(page.locator("#channel-nodes")).to_be_visible()
 
     def on_both(key: str, value: Any) -> bool:
         return all(

@@ -207,8 +207,12 @@ async function show() {
   if (generation !== state.generation) {
     return;
   }
-  main.innerHTML = String(page.frame ? page.frame(ctx(generation)) : html`<div id="page-body"></div>`);
-  page.bind?.(main, ctx(generation));
+  // Each visit gets a fresh element, so the page's event handlers go away with it.
+  const root = document.createElement("div");
+  root.className = "page";
+  root.innerHTML = String(page.frame ? page.frame(ctx(generation)) : html`<div id="page-body"></div>`);
+  main.replaceChildren(root);
+  page.bind?.(root, ctx(generation));
   paint(page, main, generation);
   scheduleRefresh(generation);
 }

@@ -581,9 +581,10 @@ def test_graphite_mode_shows_gos_graphs_and_rates(
         watched.screenshot("graphite")
 
         page = watched.open(f"/topics/{world.busy}")
-        expect(page.locator("#topic-nodes tr.graph-row")).to_have_count(2)
+        expect(page.locator("#topic-nodes tr.graph-row")).to_have_count(3)  # 2 nodes + Total
         expect(page.locator("#topic-nodes .graphite-rate").last).to_have_text("12.00")
         expect(page.locator("#graph-interval")).to_have_value("2h")
+        watched.screenshot("graphite-topic")
         watched.assert_no_errors()
     finally:
         watched.close()

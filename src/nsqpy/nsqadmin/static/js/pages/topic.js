@@ -200,6 +200,10 @@ export class TopicPage {
         <td class="num">${commafy(s.message_count)}</td>
         ${graph ? rateCell("*", this.topic) : ""}
         <td class="num">${commafy((s.channels || []).length)}</td>${e2eCells(s, s)}</tr>
+      ${graph ? html`<tr class="graph-row"><td></td>
+        <td>${graphImg("topic", "*", this.topic, "", "depth")}</td><td></td>
+        <td>${graphImg("topic", "*", this.topic, "", "message_count")}</td>
+        <td colspan="${cols - 3}"></td></tr>` : ""}
     </table>`)}`;
   }
 

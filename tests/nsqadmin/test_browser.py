@@ -236,6 +236,11 @@ def test_nodes_and_node_pages(watched: Watched, cluster: Cluster, world: World) 
     expect(page.locator("#node-topics")).to_contain_text("box-1")
     watched.screenshot("node")
 
+    # As Go: a page whose data cannot be fetched is replaced by the API's error.
+    watched.expect_console("status of 404")
+    watched.page.goto(watched.base_url + "/nodes/127.0.0.1:1")
+    expect(watched.page.locator("#error")).to_have_text("NODE_NOT_FOUND")
+
 
 def test_counter_counts_up_and_down(
     watched: Watched, cluster: Cluster, admin: DaemonProcess
@@ -540,6 +545,9 @@ def test_unreachable_nsqd_is_shown_not_dropped(
             "unreachable"
         )
         expect(page.locator("h2")).to_have_text("NSQd Nodes (2 of 3 reachable)")
+
+        page = watched.open("/lookup")  # nsqd mode: no lookupd to show
+        expect(page.locator("#main")).to_contain_text("not configured with nsqlookupd hosts")
         watched.assert_no_errors()
     finally:
         watched.close()

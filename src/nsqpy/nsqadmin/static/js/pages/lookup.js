@@ -96,6 +96,9 @@ export class LookupPage {
   }
 
   render(ctx) {
+    if (!this.inactive) {
+      return ""; // no lookupd: the frame's notice says so
+    }
     const unreachable = this.overview ? this.overview.lookupd.unreachable : [];
     const dead = (address) => unreachable.find((u) => u.address === address);
     const hosts = tableScroll(html`<table class="table table-auto" id="lookupd-hosts">

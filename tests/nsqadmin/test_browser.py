@@ -44,7 +44,9 @@ def browser() -> Iterator[Browser]:
 
 
 def admin_for(cluster: Cluster, *flags: str, mode: str = "lookupd") -> DaemonProcess:
-    args = [*flags, "--poll-interval=200ms"]
+    args = list(flags)
+    if not any(flag.startswith("--poll-interval") for flag in flags):
+        args.append("--poll-interval=200ms")
     if mode == "lookupd":
         args.append(f"--lookupd-http-address={cluster.lookupd_address}")
     else:
@@ -692,3 +694,23 @@ def test_base_path_deep_links_and_in_app_navigation(
     finally:
         watched.close()
         prefixed.stop()
+
+
+def test_without_the_poller_pages_show_gos_figures(
+    browser: Browser, cluster: Cluster, world: World
+) -> None:
+    unpolled = admin_for(cluster, "--poll-interval=0")
+    watched = Watched(browser, unpolled.http_url)
+    try:
+        page = watched.open("/")
+        expect(page.locator("#poll-note")).to_contain_text("--poll-interval=0")
+        row = page.locator(f"tr[data-topic='{world.busy}']")
+        expect(row).to_be_visible()
+        expect(row).not_to_contain_text("no producers")  # unknown without a poll, not claimed
+        page = watched.open(f"/topics/{world.busy}")
+        expect(page.locator(".stat[data-stat=none]")).to_contain_text("Live rates are off")
+        expect(page.locator("#topic-nodes tr.total td").nth(3)).to_have_text("50")
+        watched.assert_no_errors()
+    finally:
+        watched.close()
+        unpolled.stop()

@@ -74,6 +74,9 @@ export const get = (path) => api("GET", path);
 
 // /api/history for one topic, channel or node; null when the server has none.
 export async function history(query) {
+  if (!Number(config.poll_interval_ms)) {
+    return null; // --poll-interval=0: nsqadmin keeps no history
+  }
   const params = new URLSearchParams(query);
   try {
     const hist = await get("/history?" + params.toString());

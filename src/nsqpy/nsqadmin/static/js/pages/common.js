@@ -1,5 +1,5 @@
 // Pieces several pages share: host cells, E2E latency columns, live-rate cards, actions.
-import { nodePath, latest } from "../api.js";
+import { config, nodePath, latest } from "../api.js";
 import { html } from "../html.js";
 import { commafy, duration, percentLabel, rate } from "../format.js";
 import { sparkline } from "../spark.js";
@@ -69,8 +69,10 @@ export function liveCards(hist, what) {
       ${sparkline(points, key, cls, 160, 28)}
     </div>`;
   if (!now) {
-    return html`<div class="stats"><div class="stat muted" data-stat="none">Live rates for this
-      ${what} appear after nsqadmin's next polls of the cluster.</div></div>`;
+    const why = Number(config.poll_interval_ms)
+      ? html`Live rates for this ${what} appear after nsqadmin's next polls of the cluster.`
+      : "Live rates are off: nsqadmin runs with --poll-interval=0.";
+    return html`<div class="stats"><div class="stat muted" data-stat="none">${why}</div></div>`;
   }
   return html`<div class="stats">
     ${card(what === "topic" ? "Queued (topic + channels)" : "Depth", "queued", "depth", commafy(now.queued))}

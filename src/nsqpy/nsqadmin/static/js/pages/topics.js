@@ -1,5 +1,5 @@
 // Streams (/): every topic with what an operator needs to see what is backing up.
-import { get, history, topicPath, latest } from "../api.js";
+import { config, get, history, topicPath, latest } from "../api.js";
 import { html } from "../html.js";
 import { commafy, rate } from "../format.js";
 import { sparkline } from "../spark.js";
@@ -28,7 +28,8 @@ export function queued(topic) {
   return (Number(topic.depth) || 0) + (Number(topic.channel_depth) || 0);
 }
 
-// A backlog that grows: something queued, and more than a while ago.
+// A backlog that grows: something queued, and more than at the start of the history window
+// (depth_trend is the server's change of the queued count over that window).
 export function isGrowing(topic) {
   return queued(topic) > 0 && Number(topic.depth_trend) > 0;
 }
@@ -157,9 +158,14 @@ export class TopicsPage {
               (${commafy(t.queued)} queued and growing)`,
           )}</div>`
       : "";
-    const waiting = o.updated_at
-      ? ""
-      : html`<p class="muted">Waiting for nsqadmin's first poll of the cluster…</p>`;
+    let waiting = "";
+    if (!Number(config.poll_interval_ms)) {
+      waiting = html`<p class="muted" id="poll-note">Live figures are off: nsqadmin runs with
+        --poll-interval=0. Open a topic for its numbers.</p>`;
+    } else if (!o.updated_at) {
+      waiting = html`<p class="muted" id="poll-note">Waiting for nsqadmin's first poll of the
+        cluster…</p>`;
+    }
     const graph = graphActive();
     return html`${banner}${callout}${waiting}
       ${tableScroll(html`<table class="table" id="topics">
@@ -183,7 +189,8 @@ export class TopicsPage {
     const growing = isGrowing(t);
     const labels = [
       t.paused ? label("paused", "primary") : "",
-      t.no_stats || !Number(t.producer_count)
+      // Without stats from a poll we cannot tell; after one, no stats means no producer.
+      (t.no_stats && this.overview.updated_at) || (!t.no_stats && !Number(t.producer_count))
         ? label("no producers", "default", "known to nsqlookupd only")
         : "",
       t.tombstoned_count

@@ -714,3 +714,28 @@ def test_without_the_poller_pages_show_gos_figures(
     finally:
         watched.close()
         unpolled.stop()
+
+
+def test_tombstoned_producer_stays_visible_and_labelled(
+    watched: Watched, cluster: Cluster, admin: DaemonProcess
+) -> None:
+    topic = cluster.new_topic("tomb")
+    for node in (0, 1):
+        make_channels(cluster, topic, node, "keep")
+    cluster.pub(topic, b"k", node=1, count=4)
+    cluster.wait_registered(topic, 2)
+    wait_polled(admin, topic, "keep")
+    # As Go's pic 27: tombstoned in lookupd only, so nsqd #1 still holds its 4 messages.
+    address = cluster.nsqd_address(1)
+    lookupd = cluster.lookupd.http_url
+    assert http(f"{lookupd}/topic/tombstone?topic={topic}&node={address}", "POST")[0] == 200
+
+    page = watched.open(f"/topics/{topic}")
+    row = page.locator(f"#topic-nodes tr[data-node='{address}']")
+    expect(row).to_contain_text("tombstoned")  # Go dropped this row, and its 4 messages
+    expect(page.locator("#topic-nodes tr[data-node]")).to_have_count(2)
+    page = watched.open("/nodes")
+    label = page.locator(f"#nodes tr[data-node='{address}'] a.label-warning")
+    expect(label).to_have_text(f"{topic} (tombstoned)")
+    page = watched.open("/")
+    expect(page.locator(f"tr[data-topic='{topic}']")).to_contain_text("tombstoned on 1")

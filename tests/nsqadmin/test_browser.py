@@ -509,6 +509,8 @@ def test_non_admin_sees_no_action_buttons_and_is_forbidden(
         visitor.assert_no_errors()
 
         expect(visitor.page.locator("#read-only")).to_be_visible()
+        visitor.open(f"/topics/{world.busy}/metrics")
+        visitor.screenshot("non-admin")
         page = alice.open(f"/topics/{world.busy}")
         expect(page.locator("#read-only")).to_have_count(0)
         expect(page.locator("nav .user")).to_have_text("alice")

@@ -42,7 +42,7 @@ from ..internal.http_api import (
 from ..internal.net import format_address
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from . import clusterinfo as cluster
-from .metrics import metrics_handler
+from .metrics import cluster_metrics_handler
 from .options import COMMAND_ONLY, Options
 
 if TYPE_CHECKING:
@@ -303,7 +303,7 @@ class AdminHTTP:
             ("GET", "/api/graphite", self.graphite),
             ("GET", "/api/overview", self.overview),
             ("GET", "/api/history", self.history),
-            ("GET", "/metrics", metrics_handler(self.admin.history)),
+            ("GET", "/metrics", cluster_metrics_handler(self.admin.history)),
             ("GET", "/config/{opt}", self.config),
             ("PUT", "/config/{opt}", self.config),
         ]

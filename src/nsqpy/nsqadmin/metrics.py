@@ -3,22 +3,15 @@
 Cluster-level gauges, built at scrape time from the last poll (no upstream request per
 scrape): per topic its depths, message count and rates; per channel its depth and rates; how
 many nsqd and lookupd answered. Per-node detail is each nsqd's own ``/metrics``. Empty until
-the first poll, and empty with ``--poll-interval=0``.
+the first poll, and empty with ``--poll-interval=0``. Built with ``nsqpy.internal.metrics``, as
+nsqd's and nsqlookupd's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from ..internal.http_api import RouteHandler
+from ..internal.metrics import Families, metrics_handler, new_registry
 from .history import History
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _TOPIC_GAUGES = (
     ("depth", "nsqadmin_topic_depth", "Messages queued in the topic itself, all nsqd"),
@@ -34,57 +27,33 @@ _CHANNEL_GAUGES = (
     ("rate_in", "nsqadmin_channel_rate_in", "Messages/s put on the channel"),
     ("rate_out", "nsqadmin_channel_rate_out", "Messages/s finished by the channel's consumers"),
 )
+_STATES = (("nodes", "nsqd"), ("lookupd", "nsqlookupd"))
 
 
-class ClusterCollector(Collector):
-    """Reads ``history`` at every scrape."""
-
-    def __init__(self, history: History) -> None:
-        self.history = history
-
-    def collect(self) -> Iterable[Metric]:
-        overview = self.history.overview()
-        families: list[Metric] = []
+def collect(history: History, out: Families) -> None:
+    """The cluster as the last poll saw it, into metric families (read at every scrape)."""
+    overview = history.overview()
+    for row in overview["topics"]:
         for key, name, doc in _TOPIC_GAUGES:
-            family = GaugeMetricFamily(name, doc, labels=["topic"])
-            for row in overview["topics"]:
-                family.add_metric([row["topic_name"]], float(row[key]))
-            families.append(family)
-        channels = self.history.latest_channels()
+            out.gauge(name, doc, ["topic"], [row["topic_name"]], float(row[key]))
+    for (topic, channel), point in sorted(history.latest_channels().items()):
         for key, name, doc in _CHANNEL_GAUGES:
-            family = GaugeMetricFamily(name, doc, labels=["topic", "channel"])
-            for (topic, channel), point in sorted(channels.items()):
-                family.add_metric([topic, channel], float(point[key]))
-            families.append(family)
-        for kind, doc in (("nodes", "nsqd"), ("lookupd", "nsqlookupd")):
-            family = GaugeMetricFamily(
-                f"nsqadmin_{kind}", f"{doc} known, by state", labels=["state"]
-            )
-            counts = overview[kind]
-            family.add_metric(["reachable"], float(counts["reachable"]))
-            family.add_metric(["unreachable"], float(counts["total"] - counts["reachable"]))
-            families.append(family)
-        families.append(
-            GaugeMetricFamily(
-                "nsqadmin_last_poll_timestamp_seconds",
-                "When the last poll completed (0: none yet)",
-                value=overview["updated_at"] / 1000,
-            )
-        )
-        return families
-
-    def describe(self) -> Iterable[Metric]:
-        return []  # unchecked: the series vary with the cluster's topics
+            out.gauge(name, doc, ["topic", "channel"], [topic, channel], float(point[key]))
+    for kind, daemon in _STATES:
+        counts = overview[kind]
+        doc = f"{daemon} known, by state"
+        out.gauge(f"nsqadmin_{kind}", doc, ["state"], ["reachable"], float(counts["reachable"]))
+        down = float(counts["total"] - counts["reachable"])
+        out.gauge(f"nsqadmin_{kind}", doc, ["state"], ["unreachable"], down)
+    out.gauge(
+        "nsqadmin_last_poll_timestamp_seconds",
+        "When the last poll completed (0: none yet)",
+        [],
+        [],
+        overview["updated_at"] / 1000,
+    )
 
 
-def metrics_handler(history: History) -> RouteHandler:
+def cluster_metrics_handler(history: History) -> RouteHandler:
     """``GET /metrics`` for ``history`` (a registry of its own, never the global one)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ClusterCollector(history))
-
-    async def handle(request: web.Request) -> web.Response:
-        response = web.Response(body=generate_latest(registry))
-        response.headers["Content-Type"] = CONTENT_TYPE
-        return response
-
-    return handle
+    return metrics_handler(new_registry(lambda families: collect(history, families)))

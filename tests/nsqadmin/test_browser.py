@@ -69,7 +69,11 @@ def world(cluster: Cluster, admin: DaemonProcess) -> Iterator[World]:
     cluster.pub(busy, b"a" * 50, node=0, count=30)
     cluster.pub(busy, b"b" * 50, node=1, count=20)
     consumer = NsqConn(cluster.nsqds[0].tcp_address)
-    consumer.identify(client_id="worker-1", hostname="box-1", user_agent="metrics/1.0")
+    # This connection never reads, so it answers no heartbeat: the longest interval nsqd allows
+    # (60 s; it hangs up after two missed) keeps it listed for the whole module.
+    consumer.identify(
+        client_id="worker-1", hostname="box-1", user_agent="metrics/1.0", heartbeat_interval=60000
+    )
     consumer.sub(busy, "metrics")  # RDY 0: connected, takes nothing, so the depths hold
     make_channels(cluster, quiet, 1, "mailer")
     cluster.pub(quiet, b"q", node=1, count=5)

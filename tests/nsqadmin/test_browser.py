@@ -304,6 +304,7 @@ def test_rates_appear_and_refresh_can_pause(
         expect(page.locator("#backlog")).to_contain_text(topic)
         expect(row.locator("svg.spark polyline")).to_have_count(1)
         expect(page.locator("#refresh-text")).to_have_text(re.compile(r"updated \d+s ago"))
+        watched.screenshot("topics-live")
 
         page = watched.open(f"/topics/{topic}")
         rate_in = page.locator(".stat[data-stat=rate_in] .value")

@@ -112,8 +112,15 @@ def test_static_assets(start_admin: StartAdmin, dev_dir: Path) -> None:
         assert api(admin, "GET", path) == (404, {"message": "NOT_FOUND"}), path
 
 
-def test_packaged_static_assets_are_served(start_admin: StartAdmin) -> None:
+def test_packaged_template_and_assets_are_served(start_admin: StartAdmin) -> None:
     admin = start_admin()
+    status, raw, _ = http(admin.http_url + "/topics")
+    assert status == 200 and b"__NSQADMIN_CONFIG__" not in raw
+    assert page_config(raw)["poll_interval_ms"] == 200
+    status, _, headers = http(admin.http_url + "/static/nsqadmin.css")
+    assert (status, headers["Content-Type"]) == (200, "text/css")
+    status, _, headers = http(admin.http_url + "/static/js/app.js")
+    assert status == 200 and "javascript" in headers["Content-Type"]
     assert api(admin, "GET", "/static/does-not-exist.js") == (404, {"message": "NOT_FOUND"})
     status, _, _ = http(admin.http_url + "/static/../http.py")
     assert status == 404

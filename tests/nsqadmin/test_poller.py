@@ -230,5 +230,5 @@ def test_one_poll_is_one_stats_request_per_nsqd(
     time.sleep(2.0)
     elapsed = time.monotonic() - started
     polls = doomed_nsqd.log.count("GET /stats?format=json&include_clients=false") - before
-    assert 1 <= polls <= elapsed / 0.25 + 1
+    assert 1 <= polls <= elapsed / 0.25 + 3  # two requests per poll would be twice this
     assert doomed_nsqd.log.count("GET /info") <= 1  # learnt once, not per poll

@@ -100,7 +100,11 @@ def spread_topic(cluster: Cluster) -> str:
 def consumer(cluster: Cluster, spread_topic: str) -> Iterator[NsqConn]:
     """A raw V2 client on nsqd 0 holding one message of ``spread_topic/c`` in flight."""
     conn = NsqConn(cluster.nsqds[0].tcp_address)
-    conn.identify(client_id="worker-1", hostname="box-1", user_agent="tests/1.0")
+    # it reads nothing more, so it asks for nsqd's longest heartbeat interval (60 s): nsqd
+    # would drop a client that misses two heartbeats
+    conn.identify(
+        client_id="worker-1", hostname="box-1", user_agent="tests/1.0", heartbeat_interval=60000
+    )
     conn.sub(spread_topic, "c")
     conn.rdy(1)
     conn.expect_message()

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv java test lint typecheck pytest run clean
+.PHONY: venv java chromium test lint typecheck pytest run clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,19 @@ java:
 	  fi; \
 	fi
 
+# The nsqadmin browser tests drive Debian's chromium through Playwright (no browser download).
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "/usr/bin/chromium not found: installing Debian's chromium (nsqadmin browser tests)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "the nsqadmin browser tests need /usr/bin/chromium" >&2; \
+	    echo "(Debian/Ubuntu: sudo apt-get install chromium)" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
 lint: venv
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
@@ -34,7 +47,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-pytest: venv java
+pytest: venv java chromium
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest

@@ -1,9 +1,9 @@
 """``make run``: the whole pipeline on this machine, with data flowing within a minute.
 
-It starts nsqlookupd and two nsqd, a producer of click-like JSON events, the Spark jobs
+It starts nsqlookupd, two nsqd and nsqadmin, a producer of click-like JSON events, the Spark jobs
 (``archive`` into Parquet and ``aggregate`` back into NSQ) in one local SparkSession, and a
 consumer that prints the aggregates as they arrive, with a progress line every few seconds.
-Ctrl-C stops everything in order: producer, Spark queries, consumer, nsqd, nsqlookupd.
+Ctrl-C stops everything in order: producer, Spark queries, consumer, nsqadmin, nsqd, nsqlookupd.
 
     python -m nsqpy.demo [--rate 200] [--work-dir nsqpy-demo] [--master local[*]]
     python -m nsqpy.demo consume TOPIC [--nsqd 127.0.0.1:4150]   # print a topic's messages
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     started = time.monotonic()
-    nsq = LocalNSQ(work).start()
+    nsq = LocalNSQ(work, admin=True).start()
     producer = EventProducer(nsq.nsqd_tcp, args.rate)
     printer = AggregatePrinter(nsq.nsqd_tcp)
     archive = ArchiveCounter(work / "archive")
@@ -254,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(
             "nsqpy demo: NSQ -> Spark -> Parquet, and back to NSQ   (Ctrl-C stops everything)\n"
+            f"  nsqadmin    {nsq.admin_url}   (watch topics, rates and depths live)\n"
             f"  nsqlookupd  http://{nsq.lookupd_http}\n"
             f"  nsqd        {nsqds}\n"
             f"  producer    {args.rate} click events/s -> topic '{TOPIC}' on both nsqd\n"
@@ -287,7 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     finally:
         stopping.set()
-        print("\nstopping: producer, Spark queries, printer, nsqd, nsqlookupd ...", flush=True)
+        print(
+            "\nstopping: producer, Spark queries, printer, nsqadmin, nsqd, nsqlookupd ...",
+            flush=True,
+        )
         producer.stopping.set()
         producer.join(5)
         if spark is not None:

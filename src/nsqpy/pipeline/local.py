@@ -1,112 +1,49 @@
-"""A local NSQ cluster for the demo and the benchmark: nsqlookupd and N nsqd, as child
-processes in their own sessions (so Ctrl-C reaches only the parent, which stops them in order).
+"""A local NSQ cluster for the demo and the benchmark: nsqlookupd, N nsqd and (optionally)
+nsqadmin, as child processes in their own sessions (so Ctrl-C reaches only the parent, which
+stops them in order).
 
-The usual ports (4160/4161 for nsqlookupd, 4150/4151, 4250/4251... for the nsqd) are used
-when free, otherwise any free port. Daemon logs go to files, not to the terminal.
+The usual ports (4160/4161 for nsqlookupd, 4150/4151, 4250/4251... for the nsqd, 4171 for
+nsqadmin) are used when free, otherwise any free port. Daemon logs go to files, not to the
+terminal. The daemons are :class:`nsqpy.testing.DaemonProcess` instances.
 """
 
 from __future__ import annotations
 
-import re
-import signal
-import socket
-import subprocess
-import sys
-import threading
 from pathlib import Path
-from typing import IO
 
-__all__ = ["LocalDaemon", "LocalNSQ"]
+from ..testing import DaemonProcess, preferred_port
 
-_LISTENING = re.compile(r"INFO: (TCP|HTTP): listening on (\S+)")
+__all__ = ["LocalNSQ"]
 
-
-def _port_if_free(port: int) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return 0
-    return port
+_START_TIMEOUT = 20.0
 
 
-class LocalDaemon:
-    """One daemon: started with ``python -m <module>``, addresses read from its log."""
-
-    def __init__(self, module: str, args: list[str], log_path: Path) -> None:
-        self.module = module
-        self.args = args
-        self.log_path = log_path
-        self.addresses: dict[str, str] = {}
-        self.proc: subprocess.Popen[str] | None = None
-        self._ready = threading.Event()
-
-    def start(self, timeout: float = 20.0) -> LocalDaemon:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "a")  # noqa: SIM115 - closed by the pump thread
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, *self.args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._pump, args=(self.proc, log), daemon=True).start()
-        if not self._ready.wait(timeout) or len(self.addresses) < 2:
-            self.stop()
-            raise RuntimeError(f"{self.module} did not start; see {self.log_path}")
-        return self
-
-    def _pump(self, proc: subprocess.Popen[str], log: IO[str]) -> None:
-        assert proc.stderr is not None
-        with log:
-            for line in proc.stderr:
-                log.write(line)
-                log.flush()
-                match = _LISTENING.search(line)
-                if match:
-                    self.addresses[match.group(1)] = match.group(2)
-                    if len(self.addresses) >= 2:
-                        self._ready.set()
-        self._ready.set()
-
-    @property
-    def tcp(self) -> str:
-        return self.addresses["TCP"]
-
-    @property
-    def http(self) -> str:
-        return self.addresses["HTTP"]
-
-    def stop(self, timeout: float = 15.0) -> None:
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)  # a clean shutdown: nsqd flushes its queues
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
+def _daemon(module: str, args: list[str], log_path: Path, expect: list[str]) -> DaemonProcess:
+    return DaemonProcess(module, args, expect, log_path=log_path, new_session=True)
 
 
 class LocalNSQ:
     """nsqlookupd plus ``nsqd_count`` nsqd registered with it, data under ``work_dir``."""
 
     def __init__(
-        self, work_dir: Path, nsqd_count: int = 2, extra_nsqd_flags: list[str] | None = None
+        self,
+        work_dir: Path,
+        nsqd_count: int = 2,
+        extra_nsqd_flags: list[str] | None = None,
+        admin: bool = False,
     ):
         self.work_dir = work_dir
         self.nsqd_count = nsqd_count
         self.extra_nsqd_flags = extra_nsqd_flags or []
-        self.lookupd: LocalDaemon | None = None
-        self.nsqds: list[LocalDaemon] = []
+        self.with_admin = admin
+        self.lookupd: DaemonProcess | None = None
+        self.nsqds: list[DaemonProcess] = []
+        self.admin: DaemonProcess | None = None
 
     def start(self) -> LocalNSQ:
         logs = self.work_dir / "logs"
-        tcp, http = _port_if_free(4160), _port_if_free(4161)
-        self.lookupd = LocalDaemon(
+        tcp, http = preferred_port(4160), preferred_port(4161)
+        self.lookupd = _daemon(
             "nsqpy.nsqlookupd",
             [
                 f"--tcp-address=127.0.0.1:{tcp}",
@@ -114,13 +51,25 @@ class LocalNSQ:
                 "--broadcast-address=127.0.0.1",
             ],
             logs / "nsqlookupd.log",
-        ).start()
+            ["TCP", "HTTP"],
+        ).start(_START_TIMEOUT)
         try:
+            # the others need only lookupd's address: start them side by side
+            if self.with_admin:
+                self.admin = _daemon(
+                    "nsqpy.nsqadmin",
+                    [
+                        f"--http-address=127.0.0.1:{preferred_port(4171)}",
+                        f"--lookupd-http-address={self.lookupd.http}",
+                    ],
+                    logs / "nsqadmin.log",
+                    ["HTTP"],
+                ).launch()
             for i in range(self.nsqd_count):
                 data = self.work_dir / f"nsqd{i + 1}"
                 data.mkdir(parents=True, exist_ok=True)
-                tcp, http = _port_if_free(4150 + 100 * i), _port_if_free(4151 + 100 * i)
-                nsqd = LocalDaemon(
+                tcp, http = preferred_port(4150 + 100 * i), preferred_port(4151 + 100 * i)
+                nsqd = _daemon(
                     "nsqpy.nsqd",
                     [
                         f"--tcp-address=127.0.0.1:{tcp}",
@@ -131,8 +80,11 @@ class LocalNSQ:
                         *self.extra_nsqd_flags,
                     ],
                     logs / f"nsqd{i + 1}.log",
+                    ["TCP", "HTTP"],
                 )
-                self.nsqds.append(nsqd.start())
+                self.nsqds.append(nsqd.launch())
+            for daemon in [*self.nsqds, *([self.admin] if self.admin else [])]:
+                daemon.wait_ready(_START_TIMEOUT)
         except BaseException:
             self.stop()
             raise
@@ -151,7 +103,15 @@ class LocalNSQ:
     def nsqd_http(self) -> list[str]:
         return [n.http for n in self.nsqds]
 
+    @property
+    def admin_url(self) -> str:
+        """nsqadmin's URL (with ``admin=True``)."""
+        assert self.admin is not None
+        return self.admin.http_url
+
     def stop(self) -> None:
+        if self.admin is not None:
+            self.admin.stop()
         for nsqd in self.nsqds:
             nsqd.stop()
         if self.lookupd is not None:

@@ -7,6 +7,12 @@ Daemons run as real processes (``python -m nsqpy.<daemon>``) listening on port 0
 are read from their Go-format ``<PROTO>: listening on <addr>`` log lines.
 """
 
-from .process import DaemonProcess, start_nsqd, start_nsqlookupd
+from .process import DaemonProcess, preferred_port, start_nsqadmin, start_nsqd, start_nsqlookupd
 
-__all__ = ["DaemonProcess", "start_nsqd", "start_nsqlookupd"]
+__all__ = [
+    "DaemonProcess",
+    "preferred_port",
+    "start_nsqadmin",
+    "start_nsqd",
+    "start_nsqlookupd",
+]

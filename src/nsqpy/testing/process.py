@@ -5,15 +5,21 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 _LISTENING = re.compile(r"INFO: (TCP|HTTP|HTTPS): listening on (\S+)")
+
+
+def _join(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _split_host_port(text: str) -> tuple[str, int]:
@@ -21,13 +27,38 @@ def _split_host_port(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class DaemonProcess:
-    """One running daemon. ``addresses`` maps ``"TCP"``/``"HTTP"``/``"HTTPS"`` to (host, port)."""
+def preferred_port(port: int) -> int:
+    """``port`` when it is free on 127.0.0.1, else 0 (any free port): the usual NSQ ports for
+    a demo cluster, without failing when something already holds them."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return 0
+    return port
 
-    def __init__(self, module: str, args: Sequence[str], expect: Sequence[str]) -> None:
+
+class DaemonProcess:
+    """One running daemon. ``addresses`` maps ``"TCP"``/``"HTTP"``/``"HTTPS"`` to (host, port).
+
+    ``log_path``: also append the daemon's log to this file. ``new_session``: run it in its own
+    session, so a Ctrl-C in the terminal reaches only the parent, which stops it in order.
+    """
+
+    def __init__(
+        self,
+        module: str,
+        args: Sequence[str],
+        expect: Sequence[str],
+        *,
+        log_path: Path | None = None,
+        new_session: bool = False,
+    ) -> None:
         self.module = module
         self.args = list(args)
         self.expect = list(expect)
+        self.log_path = log_path
+        self.new_session = new_session
         self.addresses: dict[str, tuple[str, int]] = {}
         self.log_lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
@@ -38,6 +69,12 @@ class DaemonProcess:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, timeout: float = 15.0) -> DaemonProcess:
+        """Start the process and wait until it listens on every ``expect``-ed kind."""
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> DaemonProcess:
+        """Start the process without waiting (then :meth:`wait_ready`), so that several
+        daemons can start side by side."""
         if self._log_thread is not None:  # a previous run's reader must not signal this one
             self._log_thread.join(5)
         self.addresses = {}
@@ -56,6 +93,12 @@ class DaemonProcess:
             target=self._pump_log, args=(self.proc, self._ready), daemon=True
         )
         self._log_thread.start()
+        return self
+
+    def wait_ready(self, timeout: float = 15.0) -> DaemonProcess:
+        """Wait for the listening lines; on failure the process is killed and RuntimeError
+        carries its log."""
+        assert self.proc is not None, "launch() first"
         if not self._ready.wait(timeout):
             self.kill()
             raise RuntimeError(f"{self.module} did not start in {timeout}s:\n{self.log}")
@@ -65,11 +108,27 @@ class DaemonProcess:
 
     def popen_options(self) -> dict[str, Any]:
         """Extra ``subprocess.Popen`` arguments (a subclass may set e.g. ``preexec_fn``)."""
-        return {}
+        return {"start_new_session": True} if self.new_session else {}
 
     def _pump_log(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
         assert proc.stderr is not None
-        for line in proc.stderr:
+        log_file: IO[str] | None = None
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_file = open(self.log_path, "a")  # noqa: SIM115 - closed below
+        try:
+            self._read_log(proc.stderr, ready, log_file)
+        finally:
+            if log_file is not None:
+                log_file.close()
+        proc.stderr.close()
+        ready.set()  # exited: stop waiting
+
+    def _read_log(self, stream: IO[str], ready: threading.Event, copy: IO[str] | None) -> None:
+        for line in stream:
+            if copy is not None:
+                copy.write(line)
+                copy.flush()
             with self._lock:
                 self.log_lines.append(line.rstrip("\n"))
             match = _LISTENING.search(line)
@@ -77,8 +136,6 @@ class DaemonProcess:
                 self.addresses[match.group(1)] = _split_host_port(match.group(2))
                 if all(kind in self.addresses for kind in self.expect):
                     ready.set()
-        proc.stderr.close()
-        ready.set()  # exited: stop waiting
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM (a clean shutdown) and wait; SIGKILL if it does not exit in time."""
@@ -139,6 +196,16 @@ class DaemonProcess:
         return self.http_address[1]
 
     @property
+    def tcp(self) -> str:
+        """The TCP address as ``host:port`` text."""
+        return _join(self.tcp_address)
+
+    @property
+    def http(self) -> str:
+        """The HTTP address as ``host:port`` text."""
+        return _join(self.http_address)
+
+    @property
     def http_url(self) -> str:
         host, port = self.http_address
         return f"http://{host}:{port}"
@@ -173,3 +240,10 @@ def start_nsqlookupd(*args: str, timeout: float = 15.0) -> DaemonProcess:
         "--broadcast-address=127.0.0.1",
     ]
     return DaemonProcess("nsqpy.nsqlookupd", [*base, *args], ["TCP", "HTTP"]).start(timeout)
+
+
+def start_nsqadmin(*args: str, timeout: float = 15.0) -> DaemonProcess:
+    """Start ``nsqadmin`` on a free loopback port; pass ``--lookupd-http-address=...`` or
+    ``--nsqd-http-address=...`` (and any other Go-style flags) in ``args``."""
+    base = ["--http-address=127.0.0.1:0"]
+    return DaemonProcess("nsqpy.nsqadmin", [*base, *args], ["HTTP"]).start(timeout)

@@ -1,0 +1,10 @@
+"""nsqadmin: the operator's web UI for an NSQ cluster (Go: nsqadmin/).
+
+:mod:`.clusterinfo` queries and aggregates the cluster and is usable on its own;
+:class:`NSQAdmin` is the daemon as a library; ``python -m nsqpy.nsqadmin`` the command.
+"""
+
+from .nsqadmin import ConfigError, NSQAdmin
+from .options import Options
+
+__all__ = ["ConfigError", "NSQAdmin", "Options"]

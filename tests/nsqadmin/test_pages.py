@@ -1,0 +1,217 @@
+"""Page routes (the settings injected into the template), static assets and Graphite mode."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from .conftest import Cluster, StartAdmin, api, http
+
+TEMPLATE = "<html><script>window.NSQADMIN = __NSQADMIN_CONFIG__;</script></html>\n"
+PAGES = ["/", "/topics", "/topics/t", "/topics/t/c", "/nodes", "/nodes/h:1", "/counter", "/lookup"]
+
+
+@pytest.fixture
+def dev_dir(tmp_path: Path) -> Path:
+    """A ``--dev-static-dir`` with a test template and a few assets."""
+    (tmp_path / "index.html").write_text(TEMPLATE)
+    (tmp_path / "app.js").write_text("console.log('hi');\n")
+    (tmp_path / "css").mkdir()
+    (tmp_path / "css" / "site.css").write_text("body{}\n")
+    (tmp_path / "font.woff2").write_bytes(b"wOF2")
+    (tmp_path.parent / "secret.txt").write_text("not for you")
+    return tmp_path
+
+
+def page_config(raw: bytes) -> dict[str, Any]:
+    text = raw.decode()
+    start = text.index("window.NSQADMIN = ") + len("window.NSQADMIN = ")
+    return dict(json.loads(text[start : text.index(";</script>")]))
+
+
+def test_every_page_route_serves_the_template(
+    cluster: Cluster, start_admin: StartAdmin, dev_dir: Path
+) -> None:
+    admin = start_admin(f"--dev-static-dir={dev_dir}")
+    for page in PAGES:
+        status, raw, headers = http(admin.http_url + page)
+        assert status == 200, page
+        assert headers["Content-Type"].startswith("text/html")
+        config = page_config(raw)
+        assert config == {
+            "version": "1.3.0",
+            "base_path": "/",
+            "graphite_url": "",
+            "graph_enabled": False,
+            "statsd_counter_format": "stats.counters.%s.count",
+            "statsd_gauge_format": "stats.gauges.%s",
+            "statsd_interval": 60,
+            "statsd_prefix": "nsq.%s",
+            "nsqlookupd": [cluster.lookupd_address],
+            "is_admin": True,
+            "user": "",
+            "poll_interval_ms": 200,
+            "history_points": 360,
+        }
+
+
+def test_page_settings_follow_the_flags_and_the_request(
+    cluster: Cluster, start_admin: StartAdmin, dev_dir: Path
+) -> None:
+    admin = start_admin(
+        f"--dev-static-dir={dev_dir}",
+        "--base-path=/ops/",
+        "--admin-user=alice",
+        "--statsd-prefix=</script><b>&",
+        "--statsd-interval=10s",
+        "--graphite-url=http://graphite.example",
+        "--poll-interval=2s",
+        "--history-points=30",
+    )
+    status, raw, _ = http(admin.http_url + "/ops/topics")
+    assert status == 200
+    assert b"</script><b>" not in raw
+    assert b"\\u003c/script\\u003e\\u003cb\\u003e\\u0026" in raw  # safe inside <script>
+    config = page_config(raw)
+    assert config["base_path"] == "/ops"
+    assert config["statsd_prefix"] == "</script><b>&"
+    assert (config["statsd_interval"], config["graph_enabled"]) == (10, True)
+    assert config["graphite_url"] == "http://graphite.example"
+    assert (config["poll_interval_ms"], config["history_points"]) == (2000, 30)
+    assert (config["is_admin"], config["user"]) == (False, "")
+    _, raw, _ = http(admin.http_url + "/ops/", headers={"X-Forwarded-User": "alice"})
+    assert (page_config(raw)["is_admin"], page_config(raw)["user"]) == (True, "alice")
+    _, raw, _ = http(admin.http_url + "/ops", headers={"X-Forwarded-User": "mallory"})
+    assert (page_config(raw)["is_admin"], page_config(raw)["user"]) == (False, "mallory")
+
+
+def test_poller_off_says_so(start_admin: StartAdmin, dev_dir: Path) -> None:
+    admin = start_admin(f"--dev-static-dir={dev_dir}", "--poll-interval=0")
+    config = page_config(http(admin.http_url + "/")[1])
+    assert (config["poll_interval_ms"], config["history_points"]) == (0, 0)
+
+
+def test_static_assets(start_admin: StartAdmin, dev_dir: Path) -> None:
+    admin = start_admin(f"--dev-static-dir={dev_dir}")
+    status, body, headers = http(admin.http_url + "/static/app.js")
+    assert (status, body) == (200, b"console.log('hi');\n")
+    assert "javascript" in headers["Content-Type"]
+    status, body, headers = http(admin.http_url + "/static/css/site.css")
+    assert (status, headers["Content-Type"]) == (200, "text/css")
+    status, body, headers = http(admin.http_url + "/fonts/font.woff2")
+    assert (status, body) == (200, b"wOF2")
+    for path in ("/static/nope.js", "/static/..%2fsecret.txt", "/static/%2e%2e/secret.txt"):
+        assert api(admin, "GET", path) == (404, {"message": "NOT_FOUND"}), path
+
+
+def test_packaged_template_and_assets_are_served(start_admin: StartAdmin) -> None:
+    admin = start_admin()
+    status, raw, _ = http(admin.http_url + "/topics")
+    assert status == 200 and b"__NSQADMIN_CONFIG__" not in raw
+    assert page_config(raw)["poll_interval_ms"] == 200
+    status, _, headers = http(admin.http_url + "/static/nsqadmin.css")
+    assert (status, headers["Content-Type"]) == (200, "text/css")
+    status, _, headers = http(admin.http_url + "/static/js/app.js")
+    assert status == 200 and "javascript" in headers["Content-Type"]
+    assert api(admin, "GET", "/static/does-not-exist.js") == (404, {"message": "NOT_FOUND"})
+    status, _, _ = http(admin.http_url + "/static/../http.py")
+    assert status == 404
+
+
+# --------------------------------------------------------------------------- graphite
+
+
+class FakeGraphite:
+    """Answers ``/render`` with one datapoint; records each request's query and auth."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+        self.requests: list[tuple[str, dict[str, list[str]], str]] = []
+        graphite = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                parts = urlsplit(self.path)
+                auth = self.headers.get("Authorization", "")
+                graphite.requests.append((parts.path, parse_qs(parts.query), auth))
+                body = json.dumps([{"target": "x", "datapoints": [[graphite.value, 1]]}])
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def graphite() -> Iterator[FakeGraphite]:
+    fake = FakeGraphite(120.0)
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+def test_graphite_rate(start_admin: StartAdmin, graphite: FakeGraphite) -> None:
+    admin = start_admin(f"--graphite-url=http://{graphite.address}")
+    assert api(admin, "GET", "/api/graphite?metric=rate&target=a.b") == (200, {"rate": "2.00"})
+    path, query, _ = graphite.requests[-1]
+    assert path == "/render"
+    assert query == {
+        "format": ["json"],
+        "from": ["-120sec"],
+        "target": ["a.b"],
+        "until": ["-60sec"],
+    }
+    graphite.value = -1.0
+    assert api(admin, "GET", "/api/graphite?metric=rate&target=a.b") == (200, {"rate": "N/A"})
+    assert api(admin, "GET", "/api/graphite?target=a") == (400, {"message": "INVALID_ARG_METRIC"})
+    assert api(admin, "GET", "/api/graphite?metric=rate") == (
+        400,
+        {"message": "INVALID_ARG_TARGET"},
+    )
+
+
+def test_graphite_rate_without_graphite(start_admin: StartAdmin) -> None:
+    admin = start_admin()
+    assert api(admin, "GET", "/api/graphite?metric=rate&target=a") == (
+        500,
+        {"message": "INTERNAL_ERROR"},
+    )
+
+
+def test_graphite_proxy(start_admin: StartAdmin, graphite: FakeGraphite, dev_dir: Path) -> None:
+    admin = start_admin(
+        "--proxy-graphite",
+        f"--graphite-url=http://user:pw@{graphite.address}",
+        f"--dev-static-dir={dev_dir}",
+    )
+    status, body, _ = http(admin.http_url + "/render?target=x&format=json")
+    assert status == 200 and json.loads(body)[0]["datapoints"] == [[120.0, 1]]
+    path, query, auth = graphite.requests[-1]
+    assert (path, query["target"]) == ("/render", ["x"])
+    assert auth == "Basic " + base64.b64encode(b"user:pw").decode()
+    config = page_config(http(admin.http_url + "/")[1])
+    assert (config["graphite_url"], config["graph_enabled"]) == ("", True)
+    plain = start_admin()
+    assert api(plain, "GET", "/render?target=x") == (404, {"message": "NOT_FOUND"})

@@ -33,6 +33,25 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def _stop_demo(proc: subprocess.Popen[str], work: Path) -> None:
+    """After a failed check: stop the demo as Ctrl-C would, and end whatever it started (its
+    daemons run in sessions of their own, so killing the demo alone would leave them)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    for entry in _processes_mentioning(str(work)):
+        pid = int(entry.split(":", 1)[0])
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def _number(label: str, line: str) -> int:
     match = re.search(label + r" ([\d,]+)", line)
     assert match is not None, line
@@ -80,10 +99,9 @@ def test_demo_shows_aggregates_within_a_minute_and_stops_cleanly_on_ctrl_c(
         time.sleep(3)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C does
         assert proc.wait(60) == 0, "".join(lines[-40:])
+        left_running = _processes_mentioning(str(work))
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        _stop_demo(proc, work)
     reader.join(5)
     output = "".join(lines)
     assert seen_after < 75, output  # data flows within about a minute, Spark start included
@@ -94,5 +112,5 @@ def test_demo_shows_aggregates_within_a_minute_and_stops_cleanly_on_ctrl_c(
     assert published > 0 and 0 < archived <= published
     assert "stopping" in output
     assert "Traceback" not in output, output
-    assert not _processes_mentioning(str(work)), "daemons left running"
+    assert not left_running, "daemons left running"
     assert list((work / "archive").rglob("*.parquet"))

@@ -199,7 +199,7 @@ async def start_consumer(consumer: Consumer) -> None:
     try:
         await consumer.start(raise_connect_errors=True)
     except Exception as exc:
-        await consumer.close(timeout=0)
+        await consumer.close(timeout=1.0)
         raise FatalError(describe_error(exc)) from None
 
 
@@ -207,7 +207,11 @@ def describe_error(exc: BaseException) -> str:
     """An exception as one line, with Go's wording for a refused or timed-out dial."""
     if isinstance(exc, NSQDConnectError):
         reason: BaseException | None = exc.__cause__
-        while reason is not None and not isinstance(reason, OSError):
+        # ConnectionClosedError is an OSError too: look for the socket's own error below it
+        while reason is not None and not (
+            isinstance(reason, TimeoutError)
+            or (isinstance(reason, OSError) and reason.errno is not None)
+        ):
             reason = reason.__cause__
         if isinstance(reason, TimeoutError):
             return f"dial tcp {exc.address}: i/o timeout"

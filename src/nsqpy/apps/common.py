@@ -44,8 +44,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import aiohttp
+
 from .. import NSQ_VERSION, __version__, version_line
 from ..client import Consumer, Handler
+from ..client.connection import join_address
 from ..client.errors import NSQDConnectError
 from ..internal.flags import BOOL, INT, STR, STR_LIST, UsageError, option, run_command, usage
 from ._go_config import ClientConfig, ConfigError, go_quote
@@ -57,6 +60,7 @@ __all__ = [
     "ProducerFlags",
     "client_config",
     "describe_error",
+    "describe_http_error",
     "go_log",
     "make_consumer",
     "run_app",
@@ -221,6 +225,16 @@ def describe_error(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def describe_http_error(exc: BaseException) -> str:
+    """An HTTP client failure in the words of Go's net/http (after ``Get "<url>": ``)."""
+    if isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno is not None:
+        address = join_address(exc.host, exc.port or 0)
+        return f"dial tcp {address}: connect: {_go_errno_text(exc.os_error.errno)}"
+    if isinstance(exc, TimeoutError):
+        return "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+    return str(exc) or type(exc).__name__
+
+
 def _go_errno_text(number: int) -> str:
     """Go's syscall error text: the C library's, lower-cased (``connection refused``)."""
     text = os.strerror(number)
@@ -292,16 +306,23 @@ def run_app(
     *,
     check_client_opts: bool = True,
 ) -> int:
-    """The whole ``main`` of a tool: flags, ``--version``, then ``run(options)`` on the loop."""
+    """The whole ``main`` of a tool: flags, ``--version``, then ``run(options)`` on the loop.
+
+    An options object may define ``check_flags()`` raising
+    :class:`~nsqpy.internal.flags.UsageError` for values Go's flag package itself refuses
+    (printed with the usage, exit 2)."""
     args = sys.argv[1:] if argv is None else list(argv)
 
     def start(opts: T) -> int:
-        if check_client_opts:
-            try:
+        try:
+            if check_client_opts:
                 _check_client_opts(opts)
-            except UsageError as exc:
-                sys.stderr.write(f"{exc}\n{usage(program, options_cls)}")
-                return 2
+            check_flags = getattr(opts, "check_flags", None)
+            if check_flags is not None:  # a tool's own flag values Go's flag package refuses
+                check_flags()
+        except UsageError as exc:
+            sys.stderr.write(f"{exc}\n{usage(program, options_cls)}")
+            return 2
         setup_logging()
         try:
             return _run_event_loop(run(opts))

@@ -134,7 +134,8 @@ async def _publish_one(address: str, producer: Producer, topic: str, record: byt
     try:
         await producer.publish(topic, record)
     except NoConnectionsError as exc:  # say which nsqd and why, as Go's dial error does
-        raise NSQDConnectError(address, exc.__cause__ or exc) from None
+        cause = exc.__cause__ or exc
+        raise NSQDConnectError(address, cause) from cause
 
 
 async def to_nsq(opts: Options) -> int:

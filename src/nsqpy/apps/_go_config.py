@@ -36,6 +36,8 @@ class _Option:
     target: _Target
     min: str = ""
     max: str = ""
+    #: the Go field's integer width: a parsed value is truncated to it (uint16 70000 -> 4464)
+    bits: int = 0
 
 
 _OPTIONS: dict[str, _Option] = {
@@ -54,7 +56,7 @@ _OPTIONS: dict[str, _Option] = {
     "backoff_strategy": _Option(_BACKOFF, ("consumer", "backoff_strategy")),
     "max_backoff_duration": _Option(_DURATION, ("consumer", "max_backoff_duration"), "0", "60m"),
     "backoff_multiplier": _Option(_DURATION, ("consumer", "backoff_multiplier"), "0", "60m"),
-    "max_attempts": _Option(_UINT, ("consumer", "max_attempts"), "0", "65535"),
+    "max_attempts": _Option(_UINT, ("consumer", "max_attempts"), "0", "65535", bits=16),
     "low_rdy_idle_timeout": _Option(_DURATION, ("consumer", "low_rdy_idle_timeout"), "1s", "5m"),
     "low_rdy_timeout": _Option(_DURATION, ("consumer", "low_rdy_timeout"), "1s", "5m"),
     "rdy_redistribute_interval": _Option(
@@ -64,7 +66,7 @@ _OPTIONS: dict[str, _Option] = {
     "hostname": _Option(_STR, ("connection", "hostname")),
     "user_agent": _Option(_STR, ("connection", "user_agent")),
     "heartbeat_interval": _Option(_DURATION, ("connection", "heartbeat_interval")),
-    "sample_rate": _Option(_INT, ("connection", "sample_rate"), "0", "99"),
+    "sample_rate": _Option(_INT, ("connection", "sample_rate"), "0", "99", bits=32),
     "tls_v1": _Option(_BOOL, ("connection", "tls")),
     "tls_config": _Option(_POINTER, ("ignored", "")),
     "deflate": _Option(_BOOL, ("connection", "deflate")),
@@ -185,6 +187,14 @@ def _coerce(kind: str, value: str | bool) -> Any:
     raise ValueError(f"invalid type {kind}")
 
 
+def _truncate(value: int, bits: int, signed: bool) -> int:
+    """Go's reflect SetInt/SetUint into a narrower field keeps the low bits."""
+    value &= (1 << bits) - 1
+    if signed and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
+
+
 def _bound(kind: str, text: str) -> Any:
     return parse_duration(text) if kind == _DURATION else float(text)
 
@@ -222,6 +232,8 @@ class ClientConfig:
         except ValueError as exc:
             shown = _go_value(value)
             raise ConfigError(f"failed to coerce option {option} ({shown}) - {exc}") from None
+        if spec.bits:
+            coerced = _truncate(coerced, spec.bits, signed=spec.kind == _INT)
         if spec.min and coerced < _bound(spec.kind, spec.min):
             low = _show(spec.kind, _bound(spec.kind, spec.min))
             raise ConfigError(f"invalid {option} ! {_show(spec.kind, coerced)} < {low}")
@@ -247,8 +259,10 @@ class ClientConfig:
                 with open(value, "rb") as handle:
                     pem = handle.read()
             except OSError as exc:
-                raise ConfigError(
-                    f"ERROR: failed to read custom Certificate Authority file {exc}"
+                reason = exc.strerror or str(exc)
+                raise ConfigError(  # Go's *PathError text
+                    "ERROR: failed to read custom Certificate Authority file "
+                    f"open {value}: {reason[:1].lower()}{reason[1:]}"
                 ) from None
             if b"-----BEGIN CERTIFICATE-----" not in pem:
                 raise ConfigError(

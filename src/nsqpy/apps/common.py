@@ -50,7 +50,7 @@ from .. import NSQ_VERSION, __version__, version_line
 from ..client import Consumer, Handler
 from ..client.connection import join_address
 from ..client.errors import NSQDConnectError
-from ..internal.flags import BOOL, INT, STR, STR_LIST, UsageError, option, run_command, usage
+from ..internal.flags import BOOL, INT, STR, STR_LIST, UsageError, option, run_command
 from ._go_config import ClientConfig, ConfigError, go_quote
 
 __all__ = [
@@ -298,6 +298,27 @@ def _run_event_loop(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
+def _checked_options(options_cls: type[T], check_client_opts: bool) -> type[T]:
+    """``options_cls`` whose construction also runs the checks Go's flag package makes while
+    parsing (go-nsq options, ``check_flags()``), so they come before ``--version`` as in Go
+    and a failure prints the usage and exits 2."""
+
+    def __post_init__(self: Any) -> None:
+        parent = getattr(super(checked, self), "__post_init__", None)
+        if parent is not None:
+            parent()
+        if check_client_opts:
+            _check_client_opts(self)
+        check_flags = getattr(self, "check_flags", None)
+        if check_flags is not None:
+            check_flags()
+
+    checked: type[T] = dataclasses.make_dataclass(
+        options_cls.__name__, [], bases=(options_cls,), namespace={"__post_init__": __post_init__}
+    )
+    return checked
+
+
 def run_app(
     program: str,
     options_cls: type[T],
@@ -314,15 +335,6 @@ def run_app(
     args = sys.argv[1:] if argv is None else list(argv)
 
     def start(opts: T) -> int:
-        try:
-            if check_client_opts:
-                _check_client_opts(opts)
-            check_flags = getattr(opts, "check_flags", None)
-            if check_flags is not None:  # a tool's own flag values Go's flag package refuses
-                check_flags()
-        except UsageError as exc:
-            sys.stderr.write(f"{exc}\n{usage(program, options_cls)}")
-            return 2
         setup_logging()
         try:
             return _run_event_loop(run(opts))
@@ -335,4 +347,5 @@ def run_app(
             go_log(f"FATAL: {describe_error(exc)}")
             return 1
 
-    return run_command(program, options_cls, args, version_line(program), start)
+    checked = _checked_options(options_cls, check_client_opts)
+    return run_command(program, checked, args, version_line(program), start)

@@ -1,0 +1,88 @@
+"""Throughput of ``to_nsq``: N lines piped in, msgs/s until the process exits.
+
+::
+
+    .venv/bin/python bench/bench_utilities.py --messages 200000 --size 100
+
+Starts one nsqpy nsqd (in-memory queue large enough for every message), writes the input file
+once, and runs our ``to_nsq`` with it on stdin; when Go's ``to_nsq`` is in ``--go-bin`` (as
+built for the comparison, e.g. ``/work/go-nsq/bin``) it runs it with the same input against
+the same nsqd, each into its own topic. Every run checks that nsqd counted all N messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from nsqpy.testing import DaemonProcess, start_nsqd
+
+
+def message_count(nsqd: DaemonProcess, topic: str) -> int:
+    url = f"{nsqd.http_url}/stats?format=json&topic={topic}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        topics = json.loads(resp.read())["topics"]
+    return int(topics[0]["message_count"]) if topics else 0
+
+
+def run_once(
+    command: list[str], nsqd: DaemonProcess, topic: str, input_path: Path, expected: int
+) -> float:
+    host, port = nsqd.tcp_address
+    args = [*command, f"--topic={topic}", f"--nsqd-tcp-address={host}:{port}"]
+    with open(input_path, "rb") as stdin:
+        started = time.perf_counter()
+        result = subprocess.run(args, stdin=stdin, capture_output=True, timeout=600)
+        elapsed = time.perf_counter() - started
+    if result.returncode != 0:
+        sys.exit(f"{command[0]} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+    counted = message_count(nsqd, topic)
+    if counted != expected:
+        sys.exit(f"{command[0]}: nsqd counted {counted} of {expected} messages")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100, help="bytes per line, newline excluded")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--go-bin", default="/work/go-nsq/bin")
+    args = parser.parse_args()
+
+    ours = [str(Path(sys.executable).parent / "to_nsq")]
+    if not Path(ours[0]).exists():
+        ours = [sys.executable, "-m", "nsqpy.apps.to_nsq"]
+    tools = {"nsqpy to_nsq": ours}
+    go_tool = Path(args.go_bin) / "to_nsq"
+    if go_tool.exists():
+        tools["Go to_nsq"] = [str(go_tool)]
+
+    with tempfile.TemporaryDirectory() as folder:
+        input_path = Path(folder) / "input.txt"
+        line = b"x" * args.size + b"\n"
+        input_path.write_bytes(line * args.messages)
+        nsqd = start_nsqd(folder, f"--mem-queue-size={args.messages * 2}")
+        try:
+            print(f"to_nsq: {args.messages} lines of {args.size} B on stdin, one nsqpy nsqd")
+            print(f"load average before: {os.getloadavg()[0]:.2f}")
+            for run in range(args.runs):
+                for name, command in tools.items():
+                    topic = f"bench_{name.split()[0].lower()}_{run}"
+                    elapsed = run_once(command, nsqd, topic, input_path, args.messages)
+                    rate = args.messages / elapsed
+                    print(f"[{name}] run {run + 1}: {elapsed:.3f}s - {rate:,.0f} msgs/s")
+            print(f"load average after: {os.getloadavg()[0]:.2f}")
+        finally:
+            nsqd.stop()
+
+
+if __name__ == "__main__":
+    main()

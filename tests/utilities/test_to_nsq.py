@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 
 from nsqpy.client import sync
 from nsqpy.testing import DaemonProcess
 
-from .conftest import fatal_line, run_tool, tcp, topic_message_count
+from .conftest import fatal_line, run_tool, tcp, tool_command, topic_message_count, wait_until
 
 
 def _bodies(nsqd: DaemonProcess, topic: str, count: int) -> list[bytes]:
@@ -127,3 +129,26 @@ def test_producer_opt_reaches_the_connection(
     )
     assert result.returncode == 0, result.stderr
     assert _bodies(nsqd, topic, 1) == [b"compressed"]
+
+
+def test_sigterm_while_waiting_for_input_exits_cleanly(
+    nsqd: DaemonProcess, unique: Callable[[str], str]
+) -> None:
+    topic = unique("tonsqterm")
+    proc = subprocess.Popen(
+        [*tool_command("to_nsq"), f"--topic={topic}", f"--nsqd-tcp-address={tcp(nsqd)}"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(b"a\nb\n")
+        proc.stdin.flush()  # stdin stays open: to_nsq waits for more
+        wait_until(lambda: topic_message_count(nsqd, topic) == 2, what="the two lines")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stdin.close()
+    assert _bodies(nsqd, topic, 2) == [b"a", b"b"]

@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -78,16 +78,21 @@ class TokenBucket:
         self.balance -= 1
 
 
-async def read_chunks(stream: BinaryIO) -> AsyncIterator[bytes]:
-    """Chunks of ``stream`` read by a daemon thread (a blocked read never holds up exit)."""
+async def read_chunks(stream: BinaryIO) -> AsyncGenerator[bytes, None]:
+    """Chunks of ``stream``'s file read by a daemon thread (a blocked read never holds up
+    exit)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=8)
 
+    fd = stream.fileno()
+
     def pump() -> None:
         while True:
+            # os.read, not the buffered reader: a thread blocked inside BufferedReader holds
+            # its lock, and the interpreter aborts at exit when it cannot take that lock
             try:
-                chunk = stream.read1(READ_SIZE) if hasattr(stream, "read1") else b""
-            except (OSError, ValueError):
+                chunk = os.read(fd, READ_SIZE)
+            except OSError:
                 chunk = b""
             try:
                 asyncio.run_coroutine_threadsafe(queue.put(chunk), loop).result()
@@ -101,7 +106,7 @@ async def read_chunks(stream: BinaryIO) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def read_records(stream: BinaryIO, delimiter: bytes) -> AsyncIterator[list[bytes]]:
+async def read_records(stream: BinaryIO, delimiter: bytes) -> AsyncGenerator[list[bytes], None]:
     """Batches of non-empty records, in input order."""
     rest = b""
     async for chunk in read_chunks(stream):
@@ -115,10 +120,18 @@ async def read_records(stream: BinaryIO, delimiter: bytes) -> AsyncIterator[list
 
 
 async def publish(
-    producers: dict[str, Producer], topic: str, records: list[bytes], bucket: TokenBucket | None
+    producers: dict[str, Producer],
+    topic: str,
+    records: list[bytes],
+    bucket: TokenBucket | None,
+    stop: asyncio.Event,
 ) -> None:
+    """Publish a batch to every producer: throttled one at a time (until a stop signal), else
+    pipelined."""
     if bucket is not None:
         for record in records:
+            if stop.is_set():
+                return
             await bucket.take()
             for address, producer in producers.items():
                 await _publish_one(address, producer, topic, record)
@@ -159,27 +172,42 @@ async def to_nsq(opts: Options) -> int:
         go_log(f"Throttling messages rate to max:{opts.rate}/second")
         bucket = TokenBucket(opts.rate)
     try:
-        reading = asyncio.ensure_future(_publish_stdin(producers, opts.topic, delimiter, bucket))
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([reading, stopping], return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if not reading.done():
-            reading.cancel()
-            await asyncio.gather(reading, return_exceptions=True)
-            return 0
-        error = reading.exception()
-        if error is not None:
-            raise FatalError(describe_error(error))
-        return 0
+        await _publish_stdin(producers, opts.topic, delimiter, bucket, stop)
+    except Exception as exc:
+        raise FatalError(describe_error(exc)) from None
     finally:
         await asyncio.gather(*(p.close() for p in producers.values()))
+    return 0
 
 
 async def _publish_stdin(
-    producers: dict[str, Producer], topic: str, delimiter: bytes, bucket: TokenBucket | None
+    producers: dict[str, Producer],
+    topic: str,
+    delimiter: bytes,
+    bucket: TokenBucket | None,
+    stop: asyncio.Event,
 ) -> None:
-    async for records in read_records(sys.stdin.buffer, delimiter):
-        await publish(producers, topic, records, bucket)
+    """Publish stdin's records until EOF; after a stop signal, only what was already read."""
+    batches = read_records(sys.stdin.buffer, delimiter)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            reading = asyncio.ensure_future(anext(batches))
+            await asyncio.wait([reading, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():  # stopped while waiting for input
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+                return
+            try:
+                records = reading.result()
+            except StopAsyncIteration:
+                return
+            await publish(producers, topic, records, bucket, stop)
+            if stop.is_set():
+                return
+    finally:
+        stopping.cancel()
+        await batches.aclose()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -281,3 +281,29 @@ def test_version_and_bad_options() -> None:
         b'invalid value "read_timeout,10m" for flag -producer-opt: '
         b"invalid read_timeout ! 10m0s > 5m0s"
     )
+
+
+def test_hostpool_moves_to_the_healthy_destination(
+    nsqd: DaemonProcess,
+    second_nsqd: DaemonProcess,
+    unique: Callable[[str], str],
+    tool: Callable[..., ToolProcess],
+) -> None:
+    topic, destination = unique("failover"), unique("failoverout")
+    publish(nsqd, topic, *[b"%d" % i for i in range(20)])
+    bridge = tool(
+        "nsq_to_nsq",
+        f"--topic={topic}",
+        f"--nsqd-tcp-address={tcp(nsqd)}",
+        "--destination-nsqd-tcp-address=127.0.0.1:1",  # down: tried first, then avoided
+        f"--destination-nsqd-tcp-address={tcp(second_nsqd)}",
+        f"--destination-topic={destination}",
+        "--consumer-opt=default_requeue_delay,100ms",  # the failed copy is retried soon
+        "--consumer-opt=backoff_multiplier,10ms",
+    )
+    drained = functools.partial(_finished, nsqd, topic, "nsq_to_nsq", 20)
+    wait_until(drained, what="every message copied")
+    assert topic_message_count(second_nsqd, destination) == 20
+    stats = channel_stats(nsqd, topic, "nsq_to_nsq")
+    assert stats is not None and stats["requeue_count"] >= 1  # the attempt on the dead one
+    assert bridge.signal() == 0

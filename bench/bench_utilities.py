@@ -7,7 +7,9 @@
 Starts one nsqpy nsqd (in-memory queue large enough for every message), writes the input file
 once, and runs our ``to_nsq`` with it on stdin; when Go's ``to_nsq`` is in ``--go-bin`` (as
 built for the comparison, e.g. ``/work/go-nsq/bin``) it runs it with the same input against
-the same nsqd, each into its own topic. Every run checks that nsqd counted all N messages.
+the same nsqd, each into its own topic. Every run checks that nsqd counted all N messages, and
+prints the CPU time the tool's own process used (the rest of the wall time is nsqd, the round
+trips and the machine's other load).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -32,21 +35,29 @@ def message_count(nsqd: DaemonProcess, topic: str) -> int:
     return int(topics[0]["message_count"]) if topics else 0
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_once(
     command: list[str], nsqd: DaemonProcess, topic: str, input_path: Path, expected: int
-) -> float:
+) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the tool's process)."""
     host, port = nsqd.tcp_address
     args = [*command, f"--topic={topic}", f"--nsqd-tcp-address={host}:{port}"]
     with open(input_path, "rb") as stdin:
+        cpu_before = _children_cpu()
         started = time.perf_counter()
         result = subprocess.run(args, stdin=stdin, capture_output=True, timeout=600)
         elapsed = time.perf_counter() - started
+        cpu = _children_cpu() - cpu_before
     if result.returncode != 0:
         sys.exit(f"{command[0]} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
     counted = message_count(nsqd, topic)
     if counted != expected:
         sys.exit(f"{command[0]}: nsqd counted {counted} of {expected} messages")
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -76,9 +87,12 @@ def main() -> None:
             for run in range(args.runs):
                 for name, command in tools.items():
                     topic = f"bench_{name.split()[0].lower()}_{run}"
-                    elapsed = run_once(command, nsqd, topic, input_path, args.messages)
+                    elapsed, cpu = run_once(command, nsqd, topic, input_path, args.messages)
                     rate = args.messages / elapsed
-                    print(f"[{name}] run {run + 1}: {elapsed:.3f}s - {rate:,.0f} msgs/s")
+                    print(
+                        f"[{name}] run {run + 1}: {elapsed:.3f}s - {rate:,.0f} msgs/s - "
+                        f"tool CPU {cpu:.2f}s"
+                    )
             print(f"load average after: {os.getloadavg()[0]:.2f}")
         finally:
             nsqd.stop()

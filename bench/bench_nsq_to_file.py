@@ -56,7 +56,13 @@ def archived_lines(directory: Path) -> int:
 
 
 def run_once(
-    command: list[str], nsqd: DaemonProcess, name: str, out: Path, gzip_on: bool, count: int
+    command: list[str],
+    nsqd: DaemonProcess,
+    name: str,
+    out: Path,
+    gzip_on: bool,
+    count: int,
+    extra: list[str],
 ) -> float:
     host, port = nsqd.tcp_address
     args = [
@@ -67,6 +73,7 @@ def run_once(
         f"--output-dir={out}",
         "--sync-interval=1s",
         *(["--gzip"] if gzip_on else []),
+        *extra,
     ]
     started = time.perf_counter()
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -94,6 +101,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100, help="bytes per message")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--go-bin", default="/work/go-nsq/bin")
+    parser.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        help="an extra flag for every archiver (--arg=--consumer-opt=output_buffer_timeout,5ms)",
+    )
     args = parser.parse_args()
 
     tools = {"nsqpy": [str(Path(sys.executable).parent / "nsq_to_file")]}
@@ -123,7 +136,8 @@ def main() -> None:
             for tool, mode, run in runs:
                 name = f"{tool}_{mode}_{run}"
                 out = Path(tmp) / name
-                elapsed = run_once(tools[tool], nsqd, name, out, mode == "gzip", args.messages)
+                gz = mode == "gzip"
+                elapsed = run_once(tools[tool], nsqd, name, out, gz, args.messages, args.arg)
                 rate = args.messages / elapsed
                 print(f"{tool:6s} {mode:6s} run {run}: {elapsed:6.2f} s  {rate:9,.0f} msgs/s")
 

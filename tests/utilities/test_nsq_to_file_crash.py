@@ -66,6 +66,8 @@ def test_sigkill_loses_nothing_finished(
         "--rotate-size=20000",
         "--sync-interval=100ms",
         "--max-in-flight=50",
+        # a message in flight at several kills must not be given up after 5 attempts
+        "--consumer-opt=max_attempts,0",
         *(["--gzip"] if mode == "gzip" else []),
     ]
     # create the channel first so that it gets every message

@@ -160,6 +160,19 @@ def test_validation_errors_as_go(nsqd: DaemonProcess) -> None:
             ["--topic=t", "--nsqd-tcp-address=127.0.0.1:1"],
             b"dial tcp 127.0.0.1:1: connect: connection refused",
         ),
+        (["--topic=bad topic", f"--nsqd-tcp-address={tcp(nsqd)}"], b"invalid topic name"),
+        (
+            ["--topic=t", "--channel=bad/", f"--nsqd-tcp-address={tcp(nsqd)}"],
+            b"invalid channel name",
+        ),
+        (
+            [
+                "--topic=t",
+                "--consumer-opt=heartbeat_interval,90s",
+                f"--nsqd-tcp-address={tcp(nsqd)}",
+            ],
+            b"HeartbeatInterval 1m30s must be less than ReadTimeout 1m0s",
+        ),
     ]
     for args, message in cases:
         result = run_tool("nsq_tail", *args)

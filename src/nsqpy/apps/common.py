@@ -51,6 +51,7 @@ from ..client import Consumer, Handler
 from ..client.connection import join_address
 from ..client.errors import NSQDConnectError
 from ..internal.flags import BOOL, INT, STR, STR_LIST, UsageError, option, run_command
+from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ._go_config import ClientConfig, ConfigError, go_quote
 
 __all__ = [
@@ -61,9 +62,11 @@ __all__ = [
     "client_config",
     "describe_error",
     "describe_http_error",
+    "first_of",
     "go_log",
     "make_consumer",
     "run_app",
+    "setup_logging",
     "start_consumer",
     "stop_event",
     "user_agent",
@@ -182,7 +185,11 @@ def make_consumer(
     Invalid names or option combinations raise :class:`FatalError` (Go: ``log.Fatal(err)``).
     """
     try:
-        config.validate()
+        config.validate()  # go-nsq's NewConsumer: the config, then the names
+        if not is_valid_topic_name(topic):
+            raise FatalError("invalid topic name")
+        if not is_valid_channel_name(channel):
+            raise FatalError("invalid channel name")
         kwargs = config.consumer_options(flags.max_in_flight, user_agent(program))
         kwargs.update(overrides)
         return Consumer(

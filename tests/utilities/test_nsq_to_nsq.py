@@ -8,6 +8,8 @@ import re
 import signal
 from collections.abc import Callable
 
+import pytest
+
 from nsqpy.client import sync
 from nsqpy.testing import DaemonProcess
 
@@ -283,7 +285,9 @@ def test_version_and_bad_options() -> None:
     )
 
 
-def test_hostpool_moves_to_the_healthy_destination(
+@pytest.mark.parametrize("mode", ["hostpool", "epsilon-greedy"])
+def test_pool_modes_move_to_the_healthy_destination(
+    mode: str,
     nsqd: DaemonProcess,
     second_nsqd: DaemonProcess,
     unique: Callable[[str], str],
@@ -300,6 +304,7 @@ def test_hostpool_moves_to_the_healthy_destination(
         f"--destination-topic={destination}",
         "--consumer-opt=default_requeue_delay,100ms",  # the failed copy is retried soon
         "--consumer-opt=backoff_multiplier,10ms",
+        f"--mode={mode}",
     )
     drained = functools.partial(_finished, nsqd, topic, "nsq_to_nsq", 20)
     wait_until(drained, what="every message copied")

@@ -202,8 +202,7 @@ def second_nsqd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProc
 def lookupd_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[DaemonProcess, list[DaemonProcess]]]:
-    """nsqlookupd and two nsqd registered with it (short lookupd ping interval not needed:
-    nsqd registers topics as they are created)."""
+    """nsqlookupd and two nsqd registered with it (each registers a topic as it creates it)."""
     lookupd = start_nsqlookupd()
     members: list[DaemonProcess] = []
     try:

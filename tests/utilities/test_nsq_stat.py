@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 
 from nsqpy.apps.nsq_stat import report_line
 from nsqpy.testing import DaemonProcess
 
-from .conftest import fatal_line, http, http_post, lookup_producers, publish, run_tool, wait_until
+from .conftest import (
+    ToolProcess,
+    fatal_line,
+    http,
+    http_post,
+    lookup_producers,
+    publish,
+    run_tool,
+    wait_until,
+)
 
 # Go's apps/nsq_stat format strings, verbatim
 GO_RULE = b"%s+%s+%s\n" % (
@@ -190,3 +200,20 @@ def test_version() -> None:
     result = run_tool("nsq_stat", "--version")
     assert result.returncode == 0
     assert result.stdout.startswith(b"nsq_stat v1.3.0 (built w/python")
+
+
+def test_runs_until_a_signal_without_count(
+    nsqd: DaemonProcess, unique: Callable[[str], str], tool: Callable[..., ToolProcess]
+) -> None:
+    topic = unique("statsig")
+    _idle_channel(nsqd, topic, "ch", 2)
+    stat = tool(
+        "nsq_stat",
+        f"--topic={topic}",
+        "--channel=ch",
+        f"--nsqd-http-address={http(nsqd)}",
+        "--interval=20ms",
+    )
+    line = GO_LINE % (0, 0, 2, 2, 0, 0, 0, 0, 0, 2, 0)
+    stat.wait_for_output(lambda out: out.startswith(HEADER + line + line))
+    assert stat.signal(signal.SIGHUP) == 0  # Go stops on SIGHUP, SIGINT and SIGTERM

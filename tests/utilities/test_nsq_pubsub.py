@@ -374,3 +374,22 @@ def test_listen_failure_is_one_line() -> None:
     assert "Traceback" not in result.stderr
     assert f"FATAL: listen (127.0.0.1:{port}) failed" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+async def test_cors_allow_origin_lets_other_origins_subscribe(nsqd: DaemonProcess) -> None:
+    """Off by default; with --cors-allow-origin every response carries the header a browser
+    needs to open an EventSource from another origin (checked by hand with headless
+    Chromium: a file:// page's EventSource received messages and heartbeat events)."""
+    plain = PubSub(f"--nsqd-tcp-address={tcp(nsqd)}")
+    shared = PubSub(f"--nsqd-tcp-address={tcp(nsqd)}", "--cors-allow-origin=*")
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{plain.base}/ping") as resp:
+                assert "Access-Control-Allow-Origin" not in resp.headers
+            url = f"{shared.base}/sub?topic={TOPIC}&channel=cors"
+            headers = {"Accept": "text/event-stream", "Origin": "http://elsewhere.example"}
+            async with session.get(url, headers=headers) as resp:
+                assert resp.headers["Access-Control-Allow-Origin"] == "*"
+                assert resp.headers["Content-Type"] == "text/event-stream"
+    finally:
+        assert plain.stop() == 0 and shared.stop() == 0

@@ -63,6 +63,13 @@ class Options(common.ProducerFlags):
         DURATION,
         'interval between {"_heartbeat_":<unix seconds>} lines sent to each HTTP subscriber',
     )
+    cors_allow_origin: str = option(
+        "cors-allow-origin",
+        "",
+        STR,
+        "Access-Control-Allow-Origin for every response (e.g. '*'), so that pages of other "
+        "origins can subscribe with EventSource (default: none, same origin only)",
+    )
     nsqd_tcp_address: list[str] = option(
         "nsqd-tcp-address", [], STR_LIST, "nsqd TCP address (may be given multiple times)"
     )
@@ -228,7 +235,12 @@ class PubSubServer:
         app.router.add_post("/pub", self.pub)
         app.router.add_put("/pub", self.pub)
         app.router.add_get("/ping", self.ping)
+        if self.opts.cors_allow_origin:
+            app.on_response_prepare.append(self._allow_origin)
         return app
+
+    async def _allow_origin(self, request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["Access-Control-Allow-Origin"] = self.opts.cors_allow_origin
 
     async def close(self) -> None:
         """Stop every subscription: CLS, let in-flight writes finish for a moment, then hang

@@ -3,6 +3,7 @@
 ::
 
     .venv/bin/python bench/bench_utilities.py --messages 200000 --size 100
+    .venv/bin/python bench/bench_utilities.py --messages 200000 --nsqd go   # Go's nsqd receives
 
 Starts one nsqpy nsqd (in-memory queue large enough for every message), writes the input file
 once, and runs our ``to_nsq`` with it on stdin; when Go's ``to_nsq`` is in ``--go-bin`` (as
@@ -18,17 +19,70 @@ import argparse
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Protocol
 
-from nsqpy.testing import DaemonProcess, start_nsqd
+from nsqpy.testing import start_nsqd
 
 
-def message_count(nsqd: DaemonProcess, topic: str) -> int:
+class Nsqd(Protocol):
+    @property
+    def tcp_address(self) -> tuple[str, int]: ...
+
+    @property
+    def http_url(self) -> str: ...
+
+    def stop(self, timeout: float = 10.0) -> int | None: ...
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class GoNsqd:
+    """Go's nsqd binary on free loopback ports (``--nsqd go``)."""
+
+    def __init__(self, binary: Path, data_path: Path, mem_queue_size: int) -> None:
+        data_path.mkdir(parents=True, exist_ok=True)
+        self.tcp_address = ("127.0.0.1", _free_port())
+        http_port = _free_port()
+        self.http_url = f"http://127.0.0.1:{http_port}"
+        self.proc = subprocess.Popen(
+            [
+                str(binary),
+                f"--tcp-address=127.0.0.1:{self.tcp_address[1]}",
+                f"--http-address=127.0.0.1:{http_port}",
+                f"--data-path={data_path}",
+                f"--mem-queue-size={mem_queue_size}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.http_url}/ping", timeout=1).read()
+                return
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    sys.exit("Go nsqd did not start")
+                time.sleep(0.1)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        self.proc.terminate()
+        return self.proc.wait(timeout)
+
+
+def message_count(nsqd: Nsqd, topic: str) -> int:
     url = f"{nsqd.http_url}/stats?format=json&topic={topic}"
     with urllib.request.urlopen(url, timeout=10) as resp:
         topics = json.loads(resp.read())["topics"]
@@ -41,7 +95,7 @@ def _children_cpu() -> float:
 
 
 def run_once(
-    command: list[str], nsqd: DaemonProcess, topic: str, input_path: Path, expected: int
+    command: list[str], nsqd: Nsqd, topic: str, input_path: Path, expected: int
 ) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the tool's process)."""
     host, port = nsqd.tcp_address
@@ -66,6 +120,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100, help="bytes per line, newline excluded")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--go-bin", default="/work/go-nsq/bin")
+    parser.add_argument(
+        "--nsqd", choices=("nsqpy", "go"), default="nsqpy", help="whose nsqd receives"
+    )
     args = parser.parse_args()
 
     ours = [str(Path(sys.executable).parent / "to_nsq")]
@@ -80,9 +137,13 @@ def main() -> None:
         input_path = Path(folder) / "input.txt"
         line = b"x" * args.size + b"\n"
         input_path.write_bytes(line * args.messages)
-        nsqd = start_nsqd(folder, f"--mem-queue-size={args.messages * 2}")
+        nsqd: Nsqd
+        if args.nsqd == "go":
+            nsqd = GoNsqd(Path(args.go_bin) / "nsqd", Path(folder) / "go", args.messages * 2)
+        else:
+            nsqd = start_nsqd(folder, f"--mem-queue-size={args.messages * 2}")
         try:
-            print(f"to_nsq: {args.messages} lines of {args.size} B on stdin, one nsqpy nsqd")
+            print(f"to_nsq: {args.messages} lines of {args.size} B on stdin, one {args.nsqd} nsqd")
             print(f"load average before: {os.getloadavg()[0]:.2f}")
             for run in range(args.runs):
                 for name, command in tools.items():

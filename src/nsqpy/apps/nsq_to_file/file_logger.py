@@ -127,6 +127,8 @@ class FileLogger:
         self.close_due = False
         self.stopping = False
         self._ticker: asyncio.Task[None] | None = None
+        self._stamp: str | None = None
+        self._current = ""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -237,7 +239,11 @@ class FileLogger:
             os.fsync(self.fd)
 
     def current_filename(self) -> str:
-        return self.filename_format.replace("<DATETIME>", self.datetime.render())
+        stamp = self.datetime.render()  # the same str object within a second
+        if stamp is not self._stamp:
+            self._stamp = stamp
+            self._current = self.filename_format.replace("<DATETIME>", stamp)
+        return self._current
 
     def needs_rotation(self) -> bool:
         if self.fd is None:

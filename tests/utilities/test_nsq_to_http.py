@@ -224,8 +224,14 @@ def test_get_fills_the_query_escaped_body(
         value = request.raw_query.removeprefix("data=").removesuffix("&src=nsq")
         assert unquote_plus(value, encoding="latin-1").encode("latin-1") == escaped[value]
         assert request.method == "GET" and request.body == b""
-        assert request.headers["X-Custom"] == "yes please"
-        assert "Content-Type" not in request.headers
+        # the same header lines as Go's net/http sends (checked against Go's binary)
+        headers = {k: v for k, v in request.headers.items() if k != "X-Answered"}
+        assert headers == {
+            "Host": f"127.0.0.1:{sink.port}",
+            "User-Agent": f"nsq_to_http v{NSQ_VERSION}",
+            "X-Custom": "yes please",
+            "Accept-Encoding": "gzip",
+        }
 
 
 def test_round_robin_and_broadcast_modes(

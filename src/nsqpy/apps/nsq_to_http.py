@@ -149,13 +149,13 @@ class Publisher:
         self.session = session
         self.is_post = bool(opts.post)
         self.addresses = list(opts.post or opts.get)
-        self.headers = {"User-Agent": USER_AGENT, **headers}
+        # the headers Go's net/http sends: ours, the custom ones, then its Accept-Encoding
+        self.headers = {"User-Agent": USER_AGENT}
         if self.is_post:
-            self.headers = {
-                "User-Agent": USER_AGENT,
-                "Content-Type": opts.content_type,
-                **headers,
-            }
+            self.headers["Content-Type"] = opts.content_type
+        self.headers.update(headers)
+        if not any(key.lower() == "accept-encoding" for key in headers):
+            self.headers["Accept-Encoding"] = "gzip"
         self.counter = 0
         self.pool: HostPool = (
             EpsilonGreedyHostPool(self.addresses)
@@ -245,7 +245,9 @@ async def run(opts: Options) -> int:
     )
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(
-        timeout=timeout, connector=connector, skip_auto_headers=("User-Agent",)
+        timeout=timeout,
+        connector=connector,
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
     ) as session:
         publisher = Publisher(opts, headers, mode, session)
         consumer = common.make_consumer(

@@ -16,7 +16,7 @@ from nsqpy.testing import DaemonProcess, start_nsqd
 from .conftest import ToolProcess, channel_stats, http_post, tcp, wait_until
 
 TOPIC = "crash_archive"
-TOTAL = 1500  # messages, published at a steady rate in batches
+MAX_TOTAL = 6000  # messages at most, published at a steady rate in batches until the kills end
 BATCH = 15
 BATCH_EVERY = 0.1  # ~150 msgs/s for ~10 s
 KILL_AFTER = (0.8, 1.3, 0.6, 1.0, 0.9)  # seconds each run lives before its SIGKILL
@@ -30,11 +30,13 @@ def crash_nsqd(tmp_path: Path) -> Iterator[DaemonProcess]:
         yield daemon
 
 
-def publish_steadily(nsqd: DaemonProcess, bodies: list[bytes], done: threading.Event) -> None:
-    for start in range(0, len(bodies), BATCH):
-        http_post(nsqd, "/mpub", b"\n".join(bodies[start : start + BATCH]), topic=TOPIC)
+def publish_steadily(nsqd: DaemonProcess, bodies: list[bytes], stop: threading.Event) -> None:
+    """~150 msgs/s until ``stop`` (or MAX_TOTAL); ``bodies`` gets what nsqd accepted."""
+    while not stop.is_set() and len(bodies) < MAX_TOTAL:
+        batch = [b"crash-%06d" % i for i in range(len(bodies), len(bodies) + BATCH)]
+        http_post(nsqd, "/mpub", b"\n".join(batch), topic=TOPIC)
+        bodies.extend(batch)
         time.sleep(BATCH_EVERY)
-    done.set()
 
 
 def read_records(path: Path) -> list[bytes]:
@@ -73,10 +75,10 @@ def test_sigkill_loses_nothing_finished(
     # create the channel first so that it gets every message
     http_post(crash_nsqd, "/topic/create", topic=TOPIC)
     http_post(crash_nsqd, "/channel/create", topic=TOPIC, channel="nsq_to_file")
-    bodies = [b"crash-%06d" % i for i in range(TOTAL)]
-    published = threading.Event()
+    bodies: list[bytes] = []
+    kills_done = threading.Event()
     publisher = threading.Thread(
-        target=publish_steadily, args=(crash_nsqd, bodies, published), daemon=True
+        target=publish_steadily, args=(crash_nsqd, bodies, kills_done), daemon=True
     )
     publisher.start()
     for lifetime in KILL_AFTER:
@@ -84,15 +86,18 @@ def test_sigkill_loses_nothing_finished(
         archiver.wait_for_stderr(b"connected and subscribed", timeout=60)
         time.sleep(lifetime)  # let it work for a while: the kill lands mid-stream
         archiver.kill()
-    assert not published.is_set(), "the kills should land while messages are flowing"
+    kills_done.set()
     archiver = tool("nsq_to_file", *args)
     publisher.join(120)
+    assert len(bodies) < MAX_TOTAL  # so every kill landed while messages were flowing
 
     def finished() -> bool:
         stats = channel_stats(crash_nsqd, TOPIC, "nsq_to_file")
         return stats is not None and stats["depth"] == 0 and stats["in_flight_count"] == 0
 
     wait_until(finished, timeout=120, what="everything archived")
+    stats = channel_stats(crash_nsqd, TOPIC, "nsq_to_file")
+    assert stats is not None and stats["message_count"] == len(bodies)
     assert archiver.signal() == 0, archiver.stderr.decode()
     assert b"Traceback" not in archiver.stderr
 

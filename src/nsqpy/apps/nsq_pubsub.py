@@ -112,6 +112,7 @@ class Subscriber:
         "gone",
         "messages",
         "remote",
+        "request",
         "requeued",
         "response",
         "server",
@@ -125,10 +126,12 @@ class Subscriber:
         remote: str,
         topic: str,
         channel: str,
+        request: web.Request,
         response: web.StreamResponse,
         sse: bool,
     ) -> None:
         self.server = server
+        self.request = request
         self.remote = remote
         self.topic = topic
         self.channel = channel
@@ -182,12 +185,12 @@ class Subscriber:
         """Close the client's connection: writes waiting for it fail (their messages are
         REQueued)."""
         self.gone = True
-        transport = self.response._req.transport if self.response._req is not None else None
+        transport = self.request.transport
         if transport is not None:
             transport.abort()
 
     def _connected(self) -> bool:
-        transport = self.response._req.transport if self.response._req is not None else None
+        transport = self.request.transport
         return transport is not None and not transport.is_closing()
 
     def stats_line(self, now: float) -> str:
@@ -297,7 +300,7 @@ class PubSubServer:
         sse = wants_sse(request)
         response = web.StreamResponse(headers=stream_headers(sse))
         await response.prepare(request)
-        subscriber = Subscriber(self, remote, topic, channel, response, sse)
+        subscriber = Subscriber(self, remote, topic, channel, request, response, sse)
         self.logger.info(f"[{remote}] new connection ({topic}/{channel})")
         self.subscribers.append(subscriber)
         try:

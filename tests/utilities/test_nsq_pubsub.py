@@ -239,32 +239,39 @@ async def test_two_subscribers_share_a_channel(nsqd: DaemonProcess, pubsub: PubS
     assert all(per_client), per_client  # NSQ spreads one channel over its subscribers
 
 
+async def stalled_subscriber(
+    nsqd: DaemonProcess, pubsub: PubSub, channel: str, count: int
+) -> tuple[list[bytes], socket.socket]:
+    """``count`` big messages, all in flight to a subscriber that reads nothing (a raw socket
+    with a tiny receive window), most of them still waiting to be written to it."""
+    bodies = [b"%04d-" % i + b"x" * 256 * 1024 for i in range(count)]  # 10 MiB: > socket buffers
+    async with Producer(tcp(nsqd)) as producer:
+        for body in bodies:
+            await producer.publish(TOPIC, body)
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    host, port = pubsub.base.removeprefix("http://").rsplit(":", 1)
+    stalled.connect((host, int(port)))
+    query = f"topic={TOPIC}&channel={channel}&max_in_flight={count}"
+    stalled.sendall(f"GET /sub?{query} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert stalled.recv(12) == b"HTTP/1.1 200"
+    await eventually(
+        lambda: (
+            channel_stats(nsqd, TOPIC, channel).get("depth") == 0
+            and channel_stats(nsqd, TOPIC, channel).get("in_flight_count", 0) >= count // 2
+        ),
+        "messages stuck in flight",
+    )
+    return bodies, stalled
+
+
 async def test_messages_of_a_departed_subscriber_go_to_another(
     nsqd: DaemonProcess, pubsub: PubSub
 ) -> None:
     """A subscriber that stops reading and hangs up: what nsq_pubsub could not write to it is
     REQueued and streamed to the next subscriber of the channel."""
     count = 40
-    bodies = [b"%04d-" % i + b"x" * 256 * 1024 for i in range(count)]  # 10 MiB: > socket buffers
-    async with Producer(tcp(nsqd)) as producer:
-        for body in bodies:
-            await producer.publish(TOPIC, body)
-
-    stalled = socket.socket()
-    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a tiny window
-    host, port = pubsub.base.removeprefix("http://").rsplit(":", 1)
-    stalled.connect((host, int(port)))
-    request = f"GET /sub?topic={TOPIC}&channel=ch&max_in_flight={count} HTTP/1.1\r\nHost: x\r\n\r\n"
-    stalled.sendall(request.encode())
-    assert stalled.recv(12) == b"HTTP/1.1 200"
-    # every message went to the stalled subscriber; most could not be written to it
-    await eventually(
-        lambda: (
-            channel_stats(nsqd, TOPIC, "ch").get("depth") == 0
-            and channel_stats(nsqd, TOPIC, "ch").get("in_flight_count", 0) >= count // 2
-        ),
-        "messages stuck in flight",
-    )
+    bodies, stalled = await stalled_subscriber(nsqd, pubsub, "ch", count)
     stalled.close()
     await eventually(
         lambda: channel_stats(nsqd, TOPIC, "ch").get("in_flight_count") == 0, "answered"
@@ -393,3 +400,21 @@ async def test_cors_allow_origin_lets_other_origins_subscribe(nsqd: DaemonProces
                 assert resp.headers["Content-Type"] == "text/event-stream"
     finally:
         assert plain.stop() == 0 and shared.stop() == 0
+
+
+async def test_sigterm_requeues_what_a_stalled_subscriber_holds(nsqd: DaemonProcess) -> None:
+    """Stopping does not wait for a subscriber that reads nothing: after a short grace its
+    connection is dropped and its messages are REQueued at once (not left to nsqd's timeout)."""
+    tool = PubSub(f"--nsqd-tcp-address={tcp(nsqd)}")
+    count = 40
+    _, stalled = await stalled_subscriber(nsqd, tool, "held", count)
+    try:
+        started = time.monotonic()
+        assert tool.stop() == 0, tool.log
+        assert time.monotonic() - started < 15
+        stats = channel_stats(nsqd, TOPIC, "held")
+        assert stats["in_flight_count"] == 0
+        assert stats["depth"] >= count // 2 and stats["requeue_count"] >= stats["depth"]
+        assert "Traceback" not in tool.log
+    finally:
+        stalled.close()

@@ -225,6 +225,31 @@ def test_rotate_interval_opens_new_revisions(
     assert "-000000." in first.name and "-000001." in second.name
 
 
+def test_without_skip_empty_files_rotation_opens_empty_files(
+    nsqd: DaemonProcess,
+    tool: Callable[..., ToolProcess],
+    unique: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """As Go: when the sync tick finds rotation due, it opens the next file at once, even with
+    nothing to write (--skip-empty-files only closes the old one)."""
+    topic = unique("empty")
+    archiver = start_archiver(
+        tool,
+        nsqd,
+        topic,
+        f"--output-dir={tmp_path}",
+        "--rotate-interval=300ms",
+        "--sync-interval=100ms",
+    )
+    publish(nsqd, topic, b"only")
+    wait_until(lambda: len(files(tmp_path)) >= 3, what="empty rotations")
+    stop(archiver)
+    contents = [p.read_bytes() for p in files(tmp_path)]
+    assert contents.count(b"only\n") == 1
+    assert set(contents) == {b"only\n", b""}
+
+
 def test_work_dir_moves_without_overwriting(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],

@@ -104,6 +104,30 @@ def test_plain_file_holds_each_body_and_a_newline(
     assert f"[{topic}/nsq_to_file] syncing " in log
 
 
+def test_host_identifier_and_pid_tokens(
+    nsqd: DaemonProcess,
+    tool: Callable[..., ToolProcess],
+    unique: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    topic = unique("tokens")
+    publish(nsqd, topic, b"named")
+    archiver = start_archiver(
+        tool,
+        nsqd,
+        topic,
+        f"--output-dir={tmp_path}",
+        "--filename-format=<TOPIC>/<HOST>.<PID>.log",
+        "--host-identifier=box-<SHORT_HOST>-<HOSTNAME>",
+    )
+    wait_until(lambda: archived(nsqd, topic), what="archived")
+    stop(archiver)
+    [path] = files(tmp_path)
+    expected = f"{topic}/box-{SHORT_HOST}-{socket.gethostname()}.{archiver.proc.pid}.log"
+    assert path.relative_to(tmp_path).as_posix() == expected
+    assert path.read_bytes() == b"named\n"
+
+
 def test_appends_to_an_existing_file_and_repairs_a_torn_last_line(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],

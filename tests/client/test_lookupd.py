@@ -211,7 +211,7 @@ async def test_trigger_polls_at_once() -> None:
 
 
 async def test_nsqd_registering_itself(tmp_path: Path) -> None:
-    """End to end with nsqd's own --lookupd-tcp-address (skipped until nsqd registers)."""
+    """End to end with nsqd's own --lookupd-tcp-address: lookupd lists it, a consumer finds it."""
     lookupd = start_nsqlookupd()
     nsqd = start_nsqd(tmp_path, f"--lookupd-tcp-address={tcp(lookupd)}")
     try:
@@ -225,8 +225,7 @@ async def test_nsqd_registering_itself(tmp_path: Path) -> None:
                 break
             await asyncio.sleep(0.1)
         await poller.close()
-        if not found:
-            pytest.skip("nsqd does not register with nsqlookupd yet")
+        assert found == [tcp(nsqd)], "nsqd did not register the topic with nsqlookupd"
         received: list[bytes] = []
         consumer = Consumer(
             "self_registered",

@@ -30,6 +30,7 @@ from .errors import (
     HTTPPublishError,
     IdentifyError,
     NoConnectionsError,
+    NSQDConnectError,
     NSQError,
     ServerError,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "IdentifyError",
     "LookupdPoller",
     "Message",
+    "NSQDConnectError",
     "NSQError",
     "NoConnectionsError",
     "Producer",

@@ -17,7 +17,7 @@ from ..protocol.frames import CLOSE_WAIT
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from .backoff import BackoffStrategy, ExponentialBackoff, ReconnectDelay
 from .connection import Connection, ConnectionOptions
-from .errors import ServerError
+from .errors import NSQDConnectError, ServerError
 from .lookup import LookupdPoller
 from .message import Message
 from .rdy import Outcome, RdyManager, RdyState
@@ -160,8 +160,14 @@ class Consumer:
 
     # ------------------------------------------------------------------ public API
 
-    async def start(self) -> None:
-        """Connect to the configured nsqd and start polling nsqlookupd (returns at once)."""
+    async def start(self, *, raise_connect_errors: bool = False) -> None:
+        """Connect to the configured nsqd and start polling nsqlookupd (returns at once).
+
+        With ``raise_connect_errors`` it first waits for the nsqd given by address to connect
+        and subscribe, and raises :class:`NSQDConnectError` for the first that fails (as
+        go-nsq's ``ConnectToNSQDs``; the command-line tools exit on it). Close the consumer
+        after such an error.
+        """
         if self._started:
             return
         self._started = True
@@ -179,6 +185,10 @@ class Consumer:
             **self._rdy_settings,
         )
         self._rdy.start_redistribution(self.rdy_redistribute_interval)
+        if raise_connect_errors:
+            await asyncio.gather(
+                *(self._connect(a, raise_errors=True) for a in self.nsqd_tcp_addresses)
+            )
         for address in self.nsqd_tcp_addresses:
             self._start_connect(address)
         if self.lookupd_http_addresses:
@@ -311,7 +321,7 @@ class Consumer:
         if self._connecting.get(address) is task:
             del self._connecting[address]
 
-    async def _connect(self, address: str) -> None:
+    async def _connect(self, address: str, raise_errors: bool = False) -> None:
         conn = Connection(address, self.options, self)
         try:
             await conn.connect()
@@ -324,6 +334,8 @@ class Consumer:
         except Exception as exc:
             log.error("(%s) error connecting to nsqd - %s", address, exc)
             conn.abort()
+            if raise_errors:
+                raise NSQDConnectError(address, exc) from exc
             self._schedule_reconnect(address)
             return
         if self._closing:

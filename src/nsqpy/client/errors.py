@@ -33,6 +33,15 @@ class ServerError(NSQError):
         return self.code not in NON_FATAL_CODES
 
 
+class NSQDConnectError(NSQError):
+    """Connecting or subscribing to the nsqd at ``address`` failed; the cause is chained."""
+
+    def __init__(self, address: str, cause: BaseException) -> None:
+        super().__init__(f"({address}) error connecting to nsqd - {cause}")
+        self.address = address
+        self.__cause__ = cause
+
+
 class NoConnectionsError(NSQError):
     """A producer could reach none of its nsqd."""
 

@@ -37,7 +37,7 @@ _FAILOVER_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
 class _Slot:
     """One nsqd of the pool: its connection (if any) and when to try it again after failing."""
 
-    __slots__ = ("address", "conn", "connecting", "delays", "retry_at")
+    __slots__ = ("address", "conn", "connecting", "delays", "last_error", "retry_at")
 
     def __init__(self, address: str, delays: ReconnectDelay) -> None:
         self.address = address
@@ -45,6 +45,8 @@ class _Slot:
         self.connecting: asyncio.Task[Connection | None] | None = None
         self.delays = delays
         self.retry_at = 0.0
+        #: why the last connection attempt failed (chained to NoConnectionsError)
+        self.last_error: BaseException | None = None
 
 
 class Producer:
@@ -180,7 +182,7 @@ class Producer:
             raise ClosedError("producer is closed")
         raise NoConnectionsError(
             f"no nsqd accepted the command ({', '.join(s.address for s in slots)})"
-        ) from last_error
+        ) from last_error or next((s.last_error for s in slots if s.last_error), None)
 
     async def _connection(self, slot: _Slot) -> Connection | None:
         conn = slot.conn
@@ -206,6 +208,7 @@ class Producer:
         except (ConnectionClosedError, IdentifyError, OSError) as exc:
             delay = slot.delays.next()
             slot.retry_at = time.monotonic() + delay
+            slot.last_error = exc
             log.error(
                 "(%s) error connecting to nsqd - %s (retry in %.1fs)", slot.address, exc, delay
             )
@@ -215,6 +218,7 @@ class Producer:
             return None
         conn.start_streaming()
         slot.delays.reset()
+        slot.last_error = None
         slot.conn = conn
         log.info("(%s) producer connected", slot.address)
         return conn

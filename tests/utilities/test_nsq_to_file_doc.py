@@ -1,4 +1,4 @@
-"""The examples of docs/utilities-more.md (nsq_to_file, nsq_to_http, nsq_pubsub) run as written
+"""The examples of docs/utilities.md for nsq_to_file, nsq_to_http and nsq_pubsub run as written
 (ports and the archive directory swapped for free ones) and print what the document says."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from nsqpy.testing import start_nsqd, start_nsqlookupd
 
 from .conftest import channel_stats, http, http_post, lookup_producers, tcp, wait_until
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "utilities-more.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "utilities.md"
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -31,7 +31,8 @@ def free_port() -> int:
 
 
 def test_doc_examples(tmp_path: Path) -> None:
-    blocks = fenced_blocks(DOC.read_text())
+    text = DOC.read_text()
+    blocks = fenced_blocks(text[text.index("## nsq_to_file") : text.index("## Checked against")])
     commands = [body.strip() for lang, body in blocks if lang == "sh"]
     outputs = [body for lang, body in blocks if lang == ""]
     archiver, feed, unzip, forwarder, feed_and_tail, bridge, subscribe, publish = commands

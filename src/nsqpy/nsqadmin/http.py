@@ -98,6 +98,12 @@ def warning_message(messages: list[str]) -> str:
     return "WARNING: " + "; ".join(messages) if messages else ""
 
 
+def is_valid_node(node: str) -> bool:
+    """A node as the API names one: ``host:port`` (``[v6]:port``), port 1..65535."""
+    host, _, port = node.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
 def script_json(value: Any) -> str:
     """JSON safe inside a ``<script>`` element (``<``, ``>``, ``&`` as ``\\u003c`` ...)."""
     return go_json(value).decode()
@@ -754,22 +760,26 @@ class AdminHTTP:
         return v1_json(self.admin.history.overview())
 
     async def history(self, request: web.Request) -> web.Response:
+        """A series' points; a well-formed name the poller has not met (yet) has none: 200
+        with ``[]``, so a page opened on a new topic does not see an error."""
         query = request.query
         history = self.admin.history
         if "node" in query:
+            if not is_valid_node(query["node"]):
+                raise ApiError(400, "INVALID_NODE")
             points = history.node_points(query["node"])
-            missing = "NODE_NOT_FOUND"
-        elif "topic" in query and "channel" in query:
-            points = history.channel_points(query["topic"], query["channel"])
-            missing = "CHANNEL_NOT_FOUND"
         elif "topic" in query:
-            points = history.topic_points(query["topic"])
-            missing = "TOPIC_NOT_FOUND"
+            if not is_valid_topic_name(query["topic"]):
+                raise ApiError(400, "INVALID_TOPIC")
+            if "channel" in query:
+                if not is_valid_channel_name(query["channel"]):
+                    raise ApiError(400, "INVALID_CHANNEL")
+                points = history.channel_points(query["topic"], query["channel"])
+            else:
+                points = history.topic_points(query["topic"])
         else:
             raise ApiError(400, "MISSING_ARG_TOPIC")
-        if points is None:
-            raise ApiError(404, missing)
-        return v1_json({"interval_ms": history.interval_ms, "points": points})
+        return v1_json({"interval_ms": history.interval_ms, "points": points or []})
 
     # ------------------------------------------------------------------ /config
 

@@ -104,6 +104,23 @@ def is_valid_node(node: str) -> bool:
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
+#: ``n`` of ``/api/topics/:topic/:channel/inspect``: the default and the largest.
+INSPECT_DEFAULT_N = 20
+INSPECT_MAX_N = 100
+
+
+def _inspect_limit(raw: str | None) -> int:
+    if raw is None:
+        return INSPECT_DEFAULT_N
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ApiError(400, "INVALID_N") from None
+    if not 1 <= limit <= INSPECT_MAX_N:
+        raise ApiError(400, "INVALID_N")
+    return limit
+
+
 def script_json(value: Any) -> str:
     """JSON safe inside a ``<script>`` element (``<``, ``>``, ``&`` as ``\\u003c`` ...)."""
     return go_json(value).decode()
@@ -297,6 +314,7 @@ class AdminHTTP:
             ("GET", "/api/topics", self.topics),
             ("GET", "/api/topics/{topic}", self.topic),
             ("GET", "/api/topics/{topic}/{channel}", self.channel),
+            ("GET", "/api/topics/{topic}/{channel}/inspect", self.inspect_channel),
             ("GET", "/api/nodes", self.nodes),
             ("GET", "/api/nodes/{node}", self.node),
             ("POST", "/api/topics", self.create_topic_channel),
@@ -534,6 +552,37 @@ class AdminHTTP:
             node_stats["tombstoned"] = node_stats["node"] in tombstoned
         body["message"] = warnings.message
         body["unreachable"] = warnings.unreachable()
+        return v1_json(body)
+
+    async def inspect_channel(self, request: web.Request) -> web.Response:
+        """nsqpy: what a channel holds, without consuming (nsqd ``--enable-inspect``). Message
+        bodies can be sensitive: with ``--admin-user`` only admins may read them."""
+        self.require_admin(request)
+        topic, channel = request.match_info["topic"], request.match_info["channel"]
+        if not is_valid_topic_name(topic):
+            raise ApiError(400, "INVALID_TOPIC")
+        if not is_valid_channel_name(channel):
+            raise ApiError(400, "INVALID_CHANNEL")
+        limit = _inspect_limit(request.query.get("n"))
+        warnings = Warnings(self.logger)
+        producers, _ = await self._topic_producers(topic, warnings)
+        found = cluster.Inspection([], [])
+        if producers:
+            try:
+                result = await self.ci.inspect_channel(producers, topic, channel, limit)
+            except cluster.UpstreamError as exc:
+                raise upstream_error(self.logger, "inspect channel", exc) from None
+            warnings.add(result.failures)
+            found = result.value
+        body = {
+            "topic_name": topic,
+            "channel_name": channel,
+            "n": limit,
+            "nodes": found.nodes,
+            "unsupported": found.unsupported,
+            "message": warnings.message,
+            "unreachable": warnings.unreachable(),
+        }
         return v1_json(body)
 
     async def _producers(self, warnings: Warnings, what: str) -> list[cluster.Json]:

@@ -163,3 +163,14 @@ def test_overview_rows_carry_a_compact_history() -> None:
     assert compact["t"] == sorted(compact["t"])
     assert compact["queued"][-1] == 5  # the topic's 2 plus its channel's 3
     assert compact["rate_in"][-1] == points[-1]["rate_in"] == 1.0
+
+
+def test_a_channel_made_between_polls_gets_its_topics_rate() -> None:
+    # The topic was polled before its channel existed; the channel and 50 messages arrived
+    # before the next poll. The channel received those 50: its msgs/s in is the topic's.
+    history = History(interval=1.0, points=10)
+    history.record(poll(1.0, {"a": [topic("t", 0, 0, [])]}))
+    history.record(poll(2.0, {"a": [topic("t", 50, 0, [channel("c", 50, 50)])]}))
+    row = history.overview()["topics"][0]
+    channel_point = (history.channel_points("t", "c") or [])[-1]
+    assert row["rate_in"] == channel_point["rate_in"] == 50.0

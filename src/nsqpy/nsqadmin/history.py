@@ -165,6 +165,10 @@ class History:
         window = self._windows.get(key)
         if window is None:
             window = self._windows[key] = _RateWindow(self._rate_samples)
+            if self.last is not None:
+                # A series first seen now may already count messages (a channel made since the
+                # last poll received the topic's): they arrived since that poll.
+                window.samples.append((round(self.last.at * 1000), 0, 0))
         rate_in, rate_out = window.add(t_ms, msgs_in, msgs_out)
         return _round(rate_in), _round(rate_out)
 

@@ -3,7 +3,8 @@
 ``--base-path``.
 
 Beyond Go (additive): ``/api/overview``, ``/api/history`` and ``/metrics`` (the poller's rates,
-history and Prometheus gauges), an ``unreachable`` list beside Go's ``WARNING:`` message,
+history and Prometheus gauges), ``/api/topics/:topic/:channel/inspect`` (nsqpy nsqd's
+``--enable-inspect`` listings), an ``unreachable`` list beside Go's ``WARNING:`` message,
 ``total_topics`` on a node, tombstoned producers kept on topic and channel pages, and refusal
 of cross-site writes.
 """

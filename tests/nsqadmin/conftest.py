@@ -14,7 +14,9 @@ processes (``--poll-interval=200ms`` unless given) and stops them after the test
 JSON beyond Go's that the UI can use: ``/api/overview``, ``/api/history``, ``unreachable`` on
 ``/api/topics/:t``, ``/api/topics/:t/:c``, ``/api/nodes`` and ``/api/nodes/:n``,
 ``tombstoned`` on each per-node entry of a topic/channel, ``total_topics`` on a node, and
-``channel_depth`` (the topic's channels' depth) on overview rows and topic history points.
+``channel_depth`` (the topic's channels' depth) on overview rows and topic history points,
+``history`` (compact sparkline points) on overview rows, ``max_attempts``/``dead_letter_count``
+on channels whose nsqd reports them, and ``/api/topics/:t/:c/inspect`` (test_inspect.py).
 A topic known only to lookupd answers 200 with ``"nodes": null`` (Go: 502).
 """
 

@@ -7,12 +7,14 @@ JavaScript error the pages log. The screenshots land in docs/images/nsqadmin/.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -126,7 +128,7 @@ def counter_total(admin: DaemonProcess) -> int:
 
 def wait_polled(admin: DaemonProcess, topic: str, *channels: str) -> None:
     """Until nsqadmin's poller has history for the topic and channels (so a page opened now
-    finds it: a series it has not seen yet is a 404, which the browser logs as an error)."""
+    shows live figures: a series it has not seen yet has no points)."""
 
     def known(query: str) -> bool:
         status, body = api(admin, "GET", f"/api/history?{query}")
@@ -211,6 +213,9 @@ def test_channel_page_lists_clients(watched: Watched, cluster: Cluster, world: W
     expect(client).to_contain_text("(worker-1)")
     expect(client).to_contain_text("metrics/1.0")
     expect(client).to_contain_text(cluster.nsqd_address(0))
+    # These nsqd have no --enable-inspect and no --max-attempts: no section, no columns.
+    expect(page.locator("#inspect")).to_have_count(0)
+    expect(page.locator("#channel-nodes")).not_to_contain_text("Dead-Lettered")
     watched.screenshot("channel")
 
 
@@ -746,3 +751,122 @@ def test_tombstoned_producer_stays_visible_and_labelled(
     expect(label).to_have_text(f"{topic} (tombstoned)")
     page = watched.open("/")
     expect(page.locator(f"tr[data-topic='{topic}']")).to_contain_text("tombstoned on 1")
+
+
+def test_pages_of_a_topic_the_poller_has_not_met_log_no_error(
+    browser: Browser, cluster: Cluster
+) -> None:
+    # One poll at start, the next in an hour: the topic made after it has no history at all.
+    unpolled = admin_for(cluster, "--poll-interval=1h")
+    watched = Watched(browser, unpolled.http_url)
+    try:
+        wait_for(lambda: api(unpolled, "GET", "/api/overview")[1]["updated_at"], what="a poll")
+        topic = cluster.new_topic("unmet")
+        make_channels(cluster, topic, 0, "fresh")
+        cluster.pub(topic, b"u", node=0, count=3)
+        cluster.wait_registered(topic, 1)
+        page = watched.open(f"/topics/{topic}")
+        expect(page.locator("#channels tr[data-channel=fresh]")).to_be_visible()
+        expect(page.locator(".stat[data-stat=none]")).to_contain_text("next polls")
+        page = watched.open(f"/topics/{topic}/fresh")
+        expect(page.locator("#channel-nodes tr.total [data-col=depth]")).to_have_text("3")
+        page = watched.open(f"/nodes/{cluster.nsqd_address(0)}")
+        expect(page.locator(f"#node-topics tr[data-topic='{topic}']")).to_be_visible()
+        watched.assert_no_errors()  # a 404 for the unknown series was logged here
+    finally:
+        watched.close()
+        unpolled.stop()
+
+
+def test_topics_list_gets_its_sparklines_in_one_request(watched: Watched, world: World) -> None:
+    requests: list[str] = []
+    watched.page.on("request", lambda r: requests.append(urlparse(r.url).path))
+    page = watched.open("/")
+    watched.wait_rendered(3)  # two refreshes too
+    for topic in (world.busy, world.quiet):
+        row = page.locator(f"tr[data-topic='{topic}']")
+        expect(row.locator("svg.spark polyline")).to_have_count(1)
+    api_calls = [path for path in requests if path.startswith("/api/")]
+    assert "/api/history" not in api_calls, api_calls  # one per topic per refresh, before
+    assert api_calls.count("/api/overview") >= 3
+
+
+def test_channel_page_shows_what_nsqd_inspection_lists(
+    browser: Browser, cluster: Cluster, tmp_path: Path
+) -> None:
+    nsqd = start_nsqd(tmp_path, "--enable-inspect", "--max-attempts=2", "--msg-timeout=60s")
+    admin = start_nsqadmin(f"--nsqd-http-address=127.0.0.1:{nsqd.http_port}", "--poll-interval=1s")
+    watched = Watched(browser, admin.http_url)
+    consumer = NsqConn(nsqd.tcp_address)
+    topic = cluster.new_topic("orders")
+
+    def channel_now() -> dict[str, Any]:
+        status, body, _ = http(f"{nsqd.http_url}/stats?format=json&topic={topic}&channel=billing")
+        assert status == 200
+        return dict(json.loads(body)["topics"][0]["channels"][0])
+
+    def publish(path: str, body: bytes) -> None:
+        assert http(nsqd.http_url + path, "POST", body)[0] == 200
+
+    try:
+        for path in (
+            f"/topic/create?topic={topic}",
+            f"/channel/create?topic={topic}&channel=billing",
+        ):
+            assert http(nsqd.http_url + path, "POST")[0] == 200
+        consumer.identify(client_id="billing-1", hostname="biller", heartbeat_interval=60000)
+        consumer.sub(topic, "billing")
+        consumer.pub(topic, b"poison")
+        consumer.rdy(1)
+        for _ in range(2):  # attempt 2 is the last allowed: its REQ dead-letters it
+            consumer.req(consumer.expect_message().id, 0)
+        wait_for(lambda: channel_now().get("dead_letter_count") == 1, what="a dead letter")
+        # Published over HTTP: this connection has RDY 1 and receives the first one.
+        publish(f"/pub?topic={topic}&defer=600000", b'{"order": 99, "retry": "tomorrow"}')
+        orders = [b'{"order": %d, "total": %d.50}' % (n, n * 10) for n in range(1, 4)]
+        publish(f"/mpub?topic={topic}", b"\n".join(orders))
+        long_body = b'{"order": 4, "lines": [' + b", ".join(b'"item-%03d"' % n for n in range(60))
+        publish(f"/pub?topic={topic}", long_body + b"]}")
+        held = consumer.expect_message()  # RDY 1: order 1 stays in flight
+        assert held.body.startswith(b'{"order": 1')
+        before = channel_now()
+
+        page = watched.open(f"/topics/{topic}/billing")
+        section = page.locator("#inspect")
+        expect(page.locator("#next-messages tr[data-id]")).to_have_count(3)
+        expect(page.locator("#next-messages")).to_contain_text('{"order": 2, "total": 20.50}')
+        flying = page.locator("#in-flight tr[data-id]")
+        expect(flying).to_have_count(1)
+        expect(flying).to_contain_text("billing-1")
+        expect(flying).to_contain_text('{"order": 1')
+        expect(page.locator("#deferred tr[data-id]")).to_contain_text('"retry": "tomorrow"')
+        expect(section).to_contain_text("Next messages")
+        # nsqd --max-attempts: the limit and what it dead-lettered, per node and in total
+        total = page.locator("#channel-nodes tr.total")
+        expect(total.locator("[data-col=max_attempts]")).to_have_text("2")
+        expect(total.locator("[data-col=dead_letter_count]")).to_have_text("1")
+
+        # A long body: a preview, the rest behind "show more", still open after a refresh.
+        row = page.locator("#next-messages tr[data-id]").last
+        expect(row.locator("pre")).to_be_hidden()
+        row.locator("summary").click()
+        expect(row.locator("pre")).to_be_visible()
+        expect(row.locator("pre")).to_contain_text('"item-059"]}')
+        watched.wait_rendered(watched.renders() + 2)
+        expect(page.locator("#next-messages tr[data-id]").last.locator("pre")).to_be_visible()
+        watched.screenshot("channel-inspect")
+
+        after = channel_now()  # looking changed nothing
+        for key in ("depth", "in_flight_count", "deferred_count", "message_count"):
+            assert after[key] == before[key], key
+        consumer.fin(held.id)
+        consumer.rdy(10)
+        got = [consumer.expect_message() for _ in range(3)]
+        assert [m.body[:11] for m in got] == [b'{"order": 2', b'{"order": 3', b'{"order": 4']
+        assert [m.attempts for m in got] == [1, 1, 1]
+        watched.assert_no_errors()
+    finally:
+        consumer.close()
+        watched.close()
+        admin.stop()
+        nsqd.stop()

@@ -14,6 +14,7 @@ Go's order.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import ssl
@@ -67,7 +68,22 @@ class Result(Generic[T]):
 
 
 class RequestError(Exception):
-    """One HTTP request failed; ``str()`` is Go's error text for it."""
+    """One HTTP request failed; ``str()`` is Go's error text for it. ``status`` and ``body``
+    are the daemon's answer when it gave one (0 and b"" when it could not be reached)."""
+
+    def __init__(self, text: str, status: int = 0, body: bytes = b"") -> None:
+        super().__init__(text)
+        self.status = status
+        self.body = body
+
+    @property
+    def api_message(self) -> str:
+        """The ``message`` of a V1 JSON error body (``""`` if it has none)."""
+        try:
+            decoded = json.loads(self.body)
+        except ValueError:
+            return ""
+        return str(decoded.get("message", "")) if isinstance(decoded, dict) else ""
 
 
 # --------------------------------------------------------------------------- the HTTP client
@@ -158,7 +174,7 @@ class Client:
                 url = _https_url(url, body)
                 continue
             text = body.decode("utf-8", "replace")
-            raise RequestError(f"got response {status} {reason} {_go_quote(text)}")
+            raise RequestError(f"got response {status} {reason} {_go_quote(text)}", status, body)
         raise RequestError(f'{verb} "{url}": too many redirects')
 
 
@@ -338,6 +354,18 @@ def channel_from_nsqd(data: Json, topic: str, node: str, hostname: str, now: flo
         "clients": None if clients is None else [client_from_nsqd(c, node, now) for c in clients],
         "paused": data.get("paused", False),
         "e2e_processing_latency": _e2e_from_nsqd(data.get("e2e_processing_latency")),
+        **_dead_letter_keys(data),
+    }
+
+
+def _dead_letter_keys(data: Json) -> Json:
+    """nsqpy's dead-lettering figures (nsqd ``--max-attempts``), only where nsqd gives them:
+    a channel without the feature keeps exactly Go's keys."""
+    if "max_attempts" not in data and "dead_letter_count" not in data:
+        return {}
+    return {
+        "max_attempts": data.get("max_attempts", 0),
+        "dead_letter_count": data.get("dead_letter_count", 0),
     }
 
 
@@ -397,6 +425,11 @@ def channel_add(total: Json, node_stats: Json) -> None:
     if total["e2e_processing_latency"] is None:
         total["e2e_processing_latency"] = _new_e2e(total["topic_name"], total["channel_name"])
     _e2e_add(total["e2e_processing_latency"], node_stats["e2e_processing_latency"])
+    if "max_attempts" in node_stats:  # nsqpy dead-lettering: the highest limit, the sum
+        total["max_attempts"] = max(total.get("max_attempts", 0), node_stats["max_attempts"])
+        total["dead_letter_count"] = (
+            total.get("dead_letter_count", 0) + node_stats["dead_letter_count"]
+        )
     if node_stats["clients"]:  # Go appends to a nil slice: null until a client is seen
         clients = [*(total["clients"] or []), *node_stats["clients"]]
         total["clients"] = sorted(clients, key=lambda c: (c["hostname"], c["node"]))
@@ -448,6 +481,38 @@ class NodeStats:
 
     topics: list[Json]
     channels: dict[str, Json]
+
+
+@dataclass
+class Inspection:
+    """``inspect_channel``: per node that has the routes, its listings; the nodes without."""
+
+    nodes: list[Json]
+    unsupported: list[str]
+
+
+#: The most bytes of a message body nsqadmin passes on from a peek (a body may be 1 MiB).
+BODY_LIMIT = 4096
+
+
+def _messages(answer: object) -> list[Json]:
+    """The messages of one inspect answer, bodies cut to BODY_LIMIT bytes (base64 as nsqd
+    sends them), with ``body_size`` (the whole body's) and ``body_truncated``."""
+    found = answer.get("messages") if isinstance(answer, dict) else None
+    out = []
+    for message in found or []:
+        if not isinstance(message, dict):
+            continue
+        entry = dict(message)
+        try:
+            body = base64.b64decode(entry.get("body") or "")
+        except ValueError:
+            body = b""
+        entry["body"] = base64.b64encode(body[:BODY_LIMIT]).decode("ascii")
+        entry["body_size"] = len(body)
+        entry["body_truncated"] = len(body) > BODY_LIMIT
+        out.append(entry)
+    return out
 
 
 def _qs(**params: str) -> str:
@@ -662,6 +727,46 @@ class ClusterInfo:
                     channel_add(channels[key], channel_stats)
         topics.sort(key=_by_host)
         return Result(NodeStats(topics, channels), failures)
+
+    async def inspect_channel(
+        self, producers: Sequence[Json], topic: str, channel: str, limit: int
+    ) -> Result[Inspection]:
+        """nsqpy nsqd's ``--enable-inspect`` listings of one channel on each producer: the
+        next ``limit`` queued messages, and up to ``limit`` in flight and deferred. An nsqd
+        without the routes (404 ``NOT_FOUND``: Go's, or nsqpy's without the flag) is listed in
+        ``unsupported``; one without the channel is left out. Nothing is changed on nsqd."""
+        by_address = {http_address(p): p for p in producers}
+        qs = _qs(topic=topic, channel=channel)
+
+        async def query(addr: str) -> Json | str:
+            base = f"http://{addr}/channel"
+            urls = [f"{base}/peek?{qs}&n={limit}", f"{base}/inflight?{qs}", f"{base}/deferred?{qs}"]
+            answers = await asyncio.gather(
+                *(self._get(url, "nsqd") for url in urls), return_exceptions=True
+            )
+            for answer in answers:
+                if isinstance(answer, RequestError) and answer.status == 404:
+                    absent = answer.api_message in ("TOPIC_NOT_FOUND", "CHANNEL_NOT_FOUND")
+                    return "absent" if absent else "unsupported"
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    raise answer
+            queued, in_flight, deferred = (_messages(answer) for answer in answers)
+            return {
+                "node": addr,
+                "hostname": by_address[addr]["hostname"],
+                "queued": queued[:limit],
+                "in_flight": sorted(in_flight, key=lambda m: m.get("deadline", 0))[:limit],
+                "deferred": deferred[:limit],
+                "in_flight_total": len(in_flight),
+                "deferred_total": len(deferred),
+            }
+
+        values, failures = await self._fan_out(list(by_address), query)
+        self._raise_if_none("nsqd", failures, len(by_address))
+        nodes = sorted((v for _, v in values if isinstance(v, dict)), key=_by_host)
+        unsupported = sorted(a for a, v in values if v == "unsupported")
+        return Result(Inspection(nodes, unsupported), failures)
 
     # ------------------------------------------------------------------ either mode
 

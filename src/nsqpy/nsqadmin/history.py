@@ -6,12 +6,19 @@ Every ``--poll-interval`` the :class:`Poller` asks each lookupd for ``/nodes`` a
 :class:`History` turns consecutive polls into rates and keeps the last ``--history-points``
 points per topic, per channel and per node.
 
-* ``rate_in``: messages/s published to a topic (its ``message_count`` delta).
+* ``rate_in``: messages/s published to a topic (its ``message_count`` delta); a channel's is
+  what its topic received on the nodes that have the channel.
 * ``rate_out``: messages/s that left a channel, finished (the delta of ``message_count - depth -
   in_flight - deferred``); a topic's is the sum over its channels.
-* ``depth_trend``: how fast a topic's backlog changes, in messages/s over the history window,
-  the backlog being the topic's depth plus its channels' (a paused channel's growing queue
-  must stand out even though the topic's own depth stays 0).
+* ``depth_trend``: how fast a topic's backlog changes, in messages/s over the last
+  :data:`TREND_POLLS` polls, the backlog being the topic's depth plus its channels' (a paused
+  channel's growing queue must stand out even though the topic's own depth stays 0).
+
+Every rate, on every page, is one computation: the messages counted over the last
+:data:`RATE_WINDOW` seconds of polls (at least one poll interval) divided by the time those
+polls span. A history point carries the rate as of its poll, and an overview row carries its
+topic's newest point, so the topics list, the topic page, the channel page and the node page
+show the same figure for the same poll.
 
 Deltas are taken per node, from nodes answering both polls, so one node missing a poll does
 not make a rate jump; a counter that goes down (a restarted or emptied node) counts as 0.
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -31,6 +39,16 @@ from ..internal import lg
 from . import clusterinfo as ci
 
 Json = dict[str, Any]
+
+#: Rates are averaged over the polls of the last this many seconds (one interval at least):
+#: one interval alone makes a bursty producer's rate jump between 0 and twice its average.
+RATE_WINDOW = 10.0
+#: ``depth_trend`` compares the newest point with the one this many polls before (one minute
+#: at the default 5 s): a backlog that stopped growing stops being flagged within that.
+TREND_POLLS = 12
+#: An overview row carries at most this many points of its topic's history (evenly spread
+#: over the whole history, the newest included): enough for the topics list's sparkline.
+OVERVIEW_POINTS = 60
 
 
 @dataclass
@@ -99,8 +117,29 @@ def sample_topics(stats: Json) -> dict[str, TopicSample]:
     return topics
 
 
-def _rate(now: int, before: int, seconds: float) -> float:
-    return max(0, now - before) / seconds if seconds > 0 else 0.0
+def _delta(now: int, before: int) -> int:
+    """A counter's increase; one that went down (a restarted or emptied node) counts 0."""
+    return max(0, now - before)
+
+
+class _RateWindow:
+    """Running totals of the messages in and out of one series, and their last few values,
+    so a rate is the messages of the window over the time the window spans."""
+
+    def __init__(self, size: int) -> None:
+        self.total_in = 0
+        self.total_out = 0
+        self.samples: deque[tuple[int, int, int]] = deque(maxlen=size)
+
+    def add(self, t_ms: int, msgs_in: int, msgs_out: int) -> tuple[float, float]:
+        self.total_in += msgs_in
+        self.total_out += msgs_out
+        self.samples.append((t_ms, self.total_in, self.total_out))
+        t0, in0, out0 = self.samples[0]
+        seconds = (t_ms - t0) / 1000
+        if seconds <= 0:
+            return 0.0, 0.0
+        return (self.total_in - in0) / seconds, (self.total_out - out0) / seconds
 
 
 def _round(value: float) -> float:
@@ -118,6 +157,20 @@ class History:
         self.nodes: dict[str, deque[Json]] = {}
         self.last: Poll | None = None
         self._overview_topics: list[Json] = []
+        # the polls a rate spans: RATE_WINDOW seconds of them, plus the one it starts from
+        self._rate_samples = max(1, math.ceil(RATE_WINDOW / interval)) + 1 if interval > 0 else 2
+        self._windows: dict[Any, _RateWindow] = {}
+
+    def _rates(self, key: Any, t_ms: int, msgs_in: int, msgs_out: int) -> tuple[float, float]:
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _RateWindow(self._rate_samples)
+            if self.last is not None:
+                # A series first seen now may already count messages (a channel made since the
+                # last poll received the topic's): they arrived since that poll.
+                window.samples.append((round(self.last.at * 1000), 0, 0))
+        rate_in, rate_out = window.add(t_ms, msgs_in, msgs_out)
+        return _round(rate_in), _round(rate_out)
 
     def _series(self, table: dict[Any, deque[Json]], key: Any) -> deque[Json]:
         series = table.get(key)
@@ -127,54 +180,55 @@ class History:
 
     def record(self, poll: Poll) -> None:
         previous = self.last
-        seconds = poll.at - previous.at if previous is not None else 0.0
         t_ms = round(poll.at * 1000)
         topic_rows: dict[str, Json] = {}
-        channel_totals: dict[tuple[str, str], list[float]] = {}
+        # (topic, channel) -> [depth, messages in, messages out] of this poll
+        channel_totals: dict[tuple[str, str], list[int]] = {}
         for node, topics in poll.nodes.items():
             before = previous.nodes.get(node) if previous is not None else None
-            node_depth, node_in, node_out = 0, 0.0, 0.0
+            node_depth, node_in, node_out = 0, 0, 0
             for name, sample in topics.items():
                 old = before.get(name) if before is not None else None
-                rate_in = _rate(sample.message_count, old.message_count, seconds) if old else 0.0
+                msgs_in = _delta(sample.message_count, old.message_count) if old else 0
                 row = topic_rows.setdefault(name, _empty_row(name))
                 row["producer_count_stats"] += 1
                 row["depth"] += sample.depth
                 row["backend_depth"] += sample.backend_depth
                 row["message_count"] += sample.message_count
                 row["paused"] = row["paused"] or sample.paused
-                row["rate_in"] += rate_in
+                row["msgs_in"] += msgs_in
                 node_depth += sample.depth
-                node_in += rate_in
+                node_in += msgs_in
                 for channel_name, channel in sample.channels.items():
                     old_channel = old.channels.get(channel_name) if old else None
-                    rate_out = (
-                        _rate(channel.gone, old_channel.gone, seconds) if old_channel else 0.0
-                    )
+                    msgs_out = _delta(channel.gone, old_channel.gone) if old_channel else 0
                     row["channel_names"].add(channel_name)
                     row["channel_depth"] += channel.depth
                     row["in_flight_count"] += channel.in_flight
                     row["deferred_count"] += channel.deferred
                     row["client_count"] += channel.client_count
-                    row["rate_out"] += rate_out
-                    totals = channel_totals.setdefault((name, channel_name), [0, 0.0])
+                    row["msgs_out"] += msgs_out
+                    totals = channel_totals.setdefault((name, channel_name), [0, 0, 0])
                     totals[0] += channel.depth
-                    totals[1] += rate_out
+                    totals[1] += msgs_in
+                    totals[2] += msgs_out
                     node_depth += channel.depth
-                    node_out += rate_out
-            point = {"t": t_ms, "depth": node_depth, "rate_in": _round(node_in)}
-            point["rate_out"] = _round(node_out)
+                    node_out += msgs_out
+            rate_in, rate_out = self._rates(("node", node), t_ms, node_in, node_out)
+            point = {"t": t_ms, "depth": node_depth, "rate_in": rate_in, "rate_out": rate_out}
             self._series(self.nodes, node).append(point)
         for name in poll.lookupd_topics:
             topic_rows.setdefault(name, _empty_row(name))
         for name, row in topic_rows.items():
-            point = {"t": t_ms, "depth": row["depth"], "rate_in": _round(row["rate_in"])}
-            point.update(rate_out=_round(row["rate_out"]), channel_depth=row["channel_depth"])
+            rate_in, rate_out = self._rates(("topic", name), t_ms, row["msgs_in"], row["msgs_out"])
+            row["rate_in"], row["rate_out"] = rate_in, rate_out
+            point = {"t": t_ms, "depth": row["depth"], "rate_in": rate_in, "rate_out": rate_out}
+            point["channel_depth"] = row["channel_depth"]
             self._series(self.topics, name).append(point)
-        for key, (depth, rate_out) in channel_totals.items():
-            point = {"t": t_ms, "depth": int(depth), "rate_in": 0.0, "rate_out": _round(rate_out)}
+        for key, (depth, msgs_in, msgs_out) in channel_totals.items():
+            rate_in, rate_out = self._rates(("channel", *key), t_ms, msgs_in, msgs_out)
+            point = {"t": t_ms, "depth": depth, "rate_in": rate_in, "rate_out": rate_out}
             self._series(self.channels, key).append(point)
-        self._fill_channel_rate_in(topic_rows, channel_totals, t_ms)
         self._forget_stale(t_ms)
         self._overview_topics = [
             self._overview_row(row, poll) for _, row in sorted(topic_rows.items())
@@ -185,19 +239,16 @@ class History:
         """Drop the series of topics, channels and nodes not seen for a whole history window
         (deleted ones), so memory stays bounded by what the cluster holds now."""
         window_ms = self.points * max(self.interval_ms, 1)
-        tables: tuple[dict[Any, deque[Json]], ...] = (self.topics, self.channels, self.nodes)
-        for table in tables:
+        tables: tuple[tuple[str, dict[Any, deque[Json]]], ...] = (
+            ("topic", self.topics),
+            ("channel", self.channels),
+            ("node", self.nodes),
+        )
+        for kind, table in tables:
             for key in [k for k, series in table.items() if t_ms - series[-1]["t"] > window_ms]:
                 del table[key]
-
-    def _fill_channel_rate_in(
-        self, rows: dict[str, Json], channels: dict[tuple[str, str], list[float]], t_ms: int
-    ) -> None:
-        """Every channel receives a copy of each message published to its topic."""
-        for topic, channel in channels:
-            series = self.channels[(topic, channel)]
-            if series and series[-1]["t"] == t_ms:
-                series[-1]["rate_in"] = _round(rows[topic]["rate_in"])
+                window_key = (kind, *key) if kind == "channel" else (kind, key)
+                self._windows.pop(window_key, None)
 
     def _overview_row(self, row: Json, poll: Poll) -> Json:
         name = row["topic_name"]
@@ -218,17 +269,33 @@ class History:
             "paused": row["paused"],
             "producer_count": producers,
             "tombstoned_count": tombstoned,
-            "rate_in": _round(row["rate_in"]),
-            "rate_out": _round(row["rate_out"]),
+            "rate_in": row["rate_in"],
+            "rate_out": row["rate_out"],
             "depth_trend": self._trend(name),
             "channel_depth": row["channel_depth"],
+            "history": self._compact(name),
+        }
+
+    def _compact(self, topic: str) -> Json:
+        """The topic's history for a sparkline in a row: at most OVERVIEW_POINTS points, as
+        one list per figure (``t``, ``queued`` = depth + channel depth, ``rate_in``,
+        ``rate_out``), spread evenly over the whole history, first and newest included."""
+        series = list(self.topics.get(topic) or [])
+        if len(series) > OVERVIEW_POINTS:
+            step = (len(series) - 1) / (OVERVIEW_POINTS - 1)
+            series = [series[round(i * step)] for i in range(OVERVIEW_POINTS)]
+        return {
+            "t": [p["t"] for p in series],
+            "queued": [p["depth"] + p["channel_depth"] for p in series],
+            "rate_in": [p["rate_in"] for p in series],
+            "rate_out": [p["rate_out"] for p in series],
         }
 
     def _trend(self, topic: str) -> float:
         series = self.topics.get(topic)
         if not series or len(series) < 2:
             return 0.0
-        first, last = series[0], series[-1]
+        first, last = series[max(0, len(series) - 1 - TREND_POLLS)], series[-1]
         seconds = (last["t"] - first["t"]) / 1000
         if seconds <= 0:
             return 0.0
@@ -301,6 +368,8 @@ def _empty_row(name: str) -> Json:
         "in_flight_count": 0,
         "deferred_count": 0,
         "client_count": 0,
+        "msgs_in": 0,
+        "msgs_out": 0,
         "rate_in": 0.0,
         "rate_out": 0.0,
         "producer_count_stats": 0,

@@ -3,7 +3,8 @@
 ``--base-path``.
 
 Beyond Go (additive): ``/api/overview``, ``/api/history`` and ``/metrics`` (the poller's rates,
-history and Prometheus gauges), an ``unreachable`` list beside Go's ``WARNING:`` message,
+history and Prometheus gauges), ``/api/topics/:topic/:channel/inspect`` (nsqpy nsqd's
+``--enable-inspect`` listings), an ``unreachable`` list beside Go's ``WARNING:`` message,
 ``total_topics`` on a node, tombstoned producers kept on topic and channel pages, and refusal
 of cross-site writes.
 """
@@ -96,6 +97,29 @@ def join_base(base: str, path: str) -> str:
 def warning_message(messages: list[str]) -> str:
     """Go's ``maybeWarnMsg``."""
     return "WARNING: " + "; ".join(messages) if messages else ""
+
+
+def is_valid_node(node: str) -> bool:
+    """A node as the API names one: ``host:port`` (``[v6]:port``), port 1..65535."""
+    host, _, port = node.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+#: ``n`` of ``/api/topics/:topic/:channel/inspect``: the default and the largest.
+INSPECT_DEFAULT_N = 20
+INSPECT_MAX_N = 100
+
+
+def _inspect_limit(raw: str | None) -> int:
+    if raw is None:
+        return INSPECT_DEFAULT_N
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ApiError(400, "INVALID_N") from None
+    if not 1 <= limit <= INSPECT_MAX_N:
+        raise ApiError(400, "INVALID_N")
+    return limit
 
 
 def script_json(value: Any) -> str:
@@ -291,6 +315,7 @@ class AdminHTTP:
             ("GET", "/api/topics", self.topics),
             ("GET", "/api/topics/{topic}", self.topic),
             ("GET", "/api/topics/{topic}/{channel}", self.channel),
+            ("GET", "/api/topics/{topic}/{channel}/inspect", self.inspect_channel),
             ("GET", "/api/nodes", self.nodes),
             ("GET", "/api/nodes/{node}", self.node),
             ("POST", "/api/topics", self.create_topic_channel),
@@ -530,6 +555,37 @@ class AdminHTTP:
         body["unreachable"] = warnings.unreachable()
         return v1_json(body)
 
+    async def inspect_channel(self, request: web.Request) -> web.Response:
+        """nsqpy: what a channel holds, without consuming (nsqd ``--enable-inspect``). Message
+        bodies can be sensitive: with ``--admin-user`` only admins may read them."""
+        self.require_admin(request)
+        topic, channel = request.match_info["topic"], request.match_info["channel"]
+        if not is_valid_topic_name(topic):
+            raise ApiError(400, "INVALID_TOPIC")
+        if not is_valid_channel_name(channel):
+            raise ApiError(400, "INVALID_CHANNEL")
+        limit = _inspect_limit(request.query.get("n"))
+        warnings = Warnings(self.logger)
+        producers, _ = await self._topic_producers(topic, warnings)
+        found = cluster.Inspection([], [])
+        if producers:
+            try:
+                result = await self.ci.inspect_channel(producers, topic, channel, limit)
+            except cluster.UpstreamError as exc:
+                raise upstream_error(self.logger, "inspect channel", exc) from None
+            warnings.add(result.failures)
+            found = result.value
+        body = {
+            "topic_name": topic,
+            "channel_name": channel,
+            "n": limit,
+            "nodes": found.nodes,
+            "unsupported": found.unsupported,
+            "message": warnings.message,
+            "unreachable": warnings.unreachable(),
+        }
+        return v1_json(body)
+
     async def _producers(self, warnings: Warnings, what: str) -> list[cluster.Json]:
         try:
             result = await self.ci.get_producers(self.lookupds, self.nsqds)
@@ -754,22 +810,26 @@ class AdminHTTP:
         return v1_json(self.admin.history.overview())
 
     async def history(self, request: web.Request) -> web.Response:
+        """A series' points; a well-formed name the poller has not met (yet) has none: 200
+        with ``[]``, so a page opened on a new topic does not see an error."""
         query = request.query
         history = self.admin.history
         if "node" in query:
+            if not is_valid_node(query["node"]):
+                raise ApiError(400, "INVALID_NODE")
             points = history.node_points(query["node"])
-            missing = "NODE_NOT_FOUND"
-        elif "topic" in query and "channel" in query:
-            points = history.channel_points(query["topic"], query["channel"])
-            missing = "CHANNEL_NOT_FOUND"
         elif "topic" in query:
-            points = history.topic_points(query["topic"])
-            missing = "TOPIC_NOT_FOUND"
+            if not is_valid_topic_name(query["topic"]):
+                raise ApiError(400, "INVALID_TOPIC")
+            if "channel" in query:
+                if not is_valid_channel_name(query["channel"]):
+                    raise ApiError(400, "INVALID_CHANNEL")
+                points = history.channel_points(query["topic"], query["channel"])
+            else:
+                points = history.topic_points(query["topic"])
         else:
             raise ApiError(400, "MISSING_ARG_TOPIC")
-        if points is None:
-            raise ApiError(404, missing)
-        return v1_json({"interval_ms": history.interval_ms, "points": points})
+        return v1_json({"interval_ms": history.interval_ms, "points": points or []})
 
     # ------------------------------------------------------------------ /config
 

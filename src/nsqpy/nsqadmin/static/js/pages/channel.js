@@ -1,5 +1,5 @@
 // Channel (/topics/:topic/:channel): per-node queues, live rates, clients and the actions.
-import { api, get, history, basePath, topicPath, nodePath } from "../api.js";
+import { api, config, get, history, basePath, topicPath, nodePath } from "../api.js";
 import { html } from "../html.js";
 import { commafy, duration } from "../format.js";
 import { warningBanner, tableScroll, notice, label } from "../ui.js";
@@ -17,6 +17,7 @@ import {
   runAction,
   lossText,
 } from "./common.js";
+import { inspectSection, loadInspection } from "./inspect.js";
 
 // The Attributes labels of a client, as Go shows them.
 export function clientAttributes(c) {
@@ -52,16 +53,22 @@ export class ChannelPage {
     this.topic = topic;
     this.channel = channel;
     this.title = topic + "/" + channel;
+    this.opened = new Set(); // message bodies expanded with "show more", kept across refreshes
   }
 
   async load() {
     const path = "/topics/" + encodeURIComponent(this.topic) + "/" + encodeURIComponent(this.channel);
-    const stats = await get(path);
+    // Message bodies are for admins only (with --admin-user nsqadmin refuses the rest).
+    const [stats, inspection] = await Promise.all([
+      get(path),
+      config.is_admin ? loadInspection(this.topic, this.channel) : null,
+    ]);
     const known = (stats.nodes || []).length > 0; // the poller has nothing for the rest
     const hist = known ? await history({ topic: this.topic, channel: this.channel }) : null;
     this.path = path;
     this.stats = stats;
     this.hist = hist;
+    this.inspection = inspection;
   }
 
   bind(root, ctx) {
@@ -71,6 +78,21 @@ export class ChannelPage {
         this.act(ctx, button.dataset.action);
       }
     });
+    // "toggle" does not bubble: listen while it travels down.
+    root.addEventListener(
+      "toggle",
+      (event) => {
+        const details = event.target;
+        if (details.dataset && details.dataset.key) {
+          if (details.open) {
+            this.opened.add(details.dataset.key);
+          } else {
+            this.opened.delete(details.dataset.key);
+          }
+        }
+      },
+      true,
+    );
   }
 
   act(ctx, action) {
@@ -153,7 +175,7 @@ export class ChannelPage {
         </div>`
       : "";
     return html`${banner}${head}${actions}${liveCards(this.hist, "channel")}
-      ${this.nodeTable()}${this.clientTable()}`;
+      ${this.nodeTable()}${this.clientTable()}${inspectSection(this.inspection, this.opened)}`;
   }
 
   nodeTable() {
@@ -161,12 +183,21 @@ export class ChannelPage {
     const nodes = s.nodes || [];
     const graph = graphActive();
     const nE2e = e2eHeaders(s).length;
-    const cols = 8 + (graph ? 1 : 0) + nE2e;
+    // nsqd --max-attempts: its limit and the messages it moved to the dead-letter topic
+    const dead = s.max_attempts !== undefined || nodes.some((n) => n.max_attempts !== undefined);
+    const cols = 8 + (graph ? 1 : 0) + nE2e + (dead ? 2 : 0);
+    const deadCells = (n) =>
+      n.max_attempts === undefined
+        ? html`<td class="num muted" data-col="max_attempts">–</td>
+            <td class="num muted" data-col="dead_letter_count">–</td>`
+        : html`<td class="num" data-col="max_attempts">${n.max_attempts ? commafy(n.max_attempts) : "off"}</td>
+            <td class="num" data-col="dead_letter_count">${commafy(n.dead_letter_count)}</td>`;
     const numbers = (n) => html`
       <td class="num" data-col="depth">${commafy(n.depth)}</td><td class="num">${memoryDisk(n)}</td>
       <td class="num" data-col="in_flight_count">${commafy(n.in_flight_count)}</td>
       <td class="num">${commafy(n.deferred_count)}</td>
       <td class="num">${commafy(n.requeue_count)}</td><td class="num">${commafy(n.timeout_count)}</td>
+      ${dead ? deadCells(n) : ""}
       <td class="num" data-col="message_count">${commafy(n.message_count)}</td>`;
     const rows = nodes.map(
       (n) => html`<tr data-node="${n.node}"><td>${hostCell(n)}${pausedLabel(n.paused)}</td>
@@ -178,15 +209,17 @@ export class ChannelPage {
           <td>${graphImg("channel", n.node, this.topic, this.channel, "deferred_count")}</td>
           <td>${graphImg("channel", n.node, this.topic, this.channel, "requeue_count")}</td>
           <td>${graphImg("channel", n.node, this.topic, this.channel, "timeout_count")}</td>
-          <td>${graphImg("channel", n.node, this.topic, this.channel, "message_count")}</td>
-          <td colspan="${cols - 7}"></td></tr>` : ""}`,
+          ${dead ? html`<td></td><td></td>` : ""}<td>${graphImg("channel", n.node, this.topic, this.channel, "message_count")}</td>
+          <td colspan="${cols - 7 - (dead ? 2 : 0)}"></td></tr>` : ""}`,
     );
     return html`<h4>Channel</h4>${tableScroll(html`<table class="table" id="channel-nodes">
       <tr><th>&nbsp;</th><th colspan="4" class="center">Message Queues</th>
-        <th colspan="${graph ? 5 : 4}" class="center">Statistics</th>${e2eGroupHeader(s)}</tr>
+        <th colspan="${(graph ? 5 : 4) + (dead ? 2 : 0)}" class="center">Statistics</th>${e2eGroupHeader(s)}</tr>
       <tr><th>NSQd Host</th><th class="num">Depth</th><th class="num">Memory + Disk</th>
         <th class="num">In-Flight</th><th class="num">Deferred</th><th class="num">Requeued</th>
-        <th class="num">Timed Out</th><th class="num">Messages</th>
+        <th class="num">Timed Out</th>
+        ${dead ? html`<th class="num">Max Attempts</th><th class="num">Dead-Lettered</th>` : ""}
+        <th class="num">Messages</th>
         ${graph ? html`<th class="num">Rate</th>` : ""}<th class="num">Connections</th>
         ${e2eHeaders(s)}</tr>
       ${rows}${unreachableRows(s.unreachable, cols)}

@@ -1,13 +1,10 @@
 // Streams (/): every topic with what an operator needs to see what is backing up.
-import { config, get, history, topicPath, latest } from "../api.js";
+import { config, get, topicPath } from "../api.js";
 import { html } from "../html.js";
 import { commafy, rate } from "../format.js";
 import { sparkline } from "../spark.js";
 import { warningBanner, notice, tableScroll, label } from "../ui.js";
 import { graphActive, graphImg, rateCell } from "../graphite.js";
-
-// Sparklines for at most this many topics per refresh (one /api/history call each).
-const MAX_SPARKLINES = 50;
 
 const COLUMNS = [
   ["topic_name", "Topic"],
@@ -28,8 +25,8 @@ export function queued(topic) {
   return (Number(topic.depth) || 0) + (Number(topic.channel_depth) || 0);
 }
 
-// A backlog that grows: something queued, and more than at the start of the history window
-// (depth_trend is the server's change of the queued count over that window).
+// A backlog that grows: something queued, and more than a few polls ago (depth_trend is the
+// server's change of the queued count over its last polls, a minute at the default interval).
 export function isGrowing(topic) {
   return queued(topic) > 0 && Number(topic.depth_trend) > 0;
 }
@@ -43,7 +40,6 @@ export class TopicsPage {
     this.filter = query.get("q") || "";
     this.sort = query.get("sort") || "topic_name";
     this.desc = query.get("dir") === "desc";
-    this.histories = {};
   }
 
   async load() {
@@ -61,12 +57,6 @@ export class TopicsPage {
     for (const t of this.topics) {
       t.queued = queued(t);
     }
-    const withStats = this.topics.filter((t) => !t.no_stats).slice(0, MAX_SPARKLINES);
-    const histories = await Promise.all(withStats.map((t) => history({ topic: t.topic_name })));
-    this.histories = {};
-    withStats.forEach((t, i) => {
-      this.histories[t.topic_name] = histories[i];
-    });
   }
 
   frame() {
@@ -185,7 +175,6 @@ export class TopicsPage {
   }
 
   row(t, graph) {
-    const hist = this.histories[t.topic_name];
     const growing = isGrowing(t);
     const labels = [
       t.paused ? label("paused", "primary") : "",
@@ -203,10 +192,9 @@ export class TopicsPage {
           <td>${graphImg("topic", "", t.topic_name, "", "message_count")}</td>
           ${rateCell("*", t.topic_name)}`
       : "";
-    const points = hist ? hist.points : [];
-    const now = latest(hist);
-    const rateIn = t.rate_in ?? (now ? now.rate_in : null);
-    const rateOut = t.rate_out ?? (now ? now.rate_out : null);
+    // The row's own compact history (one list per figure) feeds its sparkline: no request
+    // per topic.
+    const points = ((t.history && t.history.queued) || []).map((queued) => ({ queued }));
     return html`<tr data-topic="${t.topic_name}" class="${growing ? "growing" : ""}">
       <td>${growing ? html`<span class="backlog-marker" title="backlog growing"></span>` : ""}<a
         href="${topicPath(t.topic_name)}">${t.topic_name}</a> ${labels}</td>
@@ -214,8 +202,8 @@ export class TopicsPage {
       <td class="num ${growing ? "backlog" : ""}" data-col="queued"
         title="topic ${commafy(t.depth)} + channels ${commafy(t.channel_depth)}">${stat("queued")}</td>
       <td>${t.no_stats ? "" : sparkline(points, "queued", "depth", 90, 18)}</td>
-      <td class="num" data-col="rate_in">${t.no_stats ? "–" : rate(rateIn)}</td>
-      <td class="num" data-col="rate_out">${t.no_stats ? "–" : rate(rateOut)}</td>
+      <td class="num" data-col="rate_in">${t.no_stats ? "–" : rate(t.rate_in)}</td>
+      <td class="num" data-col="rate_out">${t.no_stats ? "–" : rate(t.rate_out)}</td>
       <td class="num" data-col="channel_count">${stat("channel_count")}</td>
       <td class="num" data-col="client_count">${stat("client_count")}</td>
       <td class="num" data-col="in_flight_count">${stat("in_flight_count")}</td>

@@ -14,8 +14,10 @@ so with ``expect_console``.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import struct
+import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
@@ -37,7 +39,11 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "images" / "nsqadmin"
+# Every test run takes its screenshots; they land in docs/ only when asked
+# (NSQADMIN_SCREENSHOTS=docs/images/nsqadmin), so that a test run leaves the checkout clean.
+SCREENSHOTS = Path(
+    os.environ.get("NSQADMIN_SCREENSHOTS") or Path(tempfile.gettempdir()) / "nsqadmin-screenshots"
+)
 DESKTOP = {"width": 1100, "height": 760}
 PHONE = {"width": 400, "height": 760}
 # Generous: the machine is shared; Playwright polls, so a fast page passes fast.

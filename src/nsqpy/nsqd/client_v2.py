@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import (
     FRAME_HEARTBEAT,
+    FRAME_TYPE_MESSAGE,
     MAGIC_V2,
+    MESSAGE_HEADER_LENGTH,
     CommandParser,
     LineTooLong,
     ProtocolError,
@@ -32,6 +34,7 @@ from ..protocol.compression import (
     SnappyFrameWriter,
 )
 from .errors import NeedsReauth
+from .message import MESSAGE_FRAME_HEADER as _MESSAGE_FRAME_HEADER
 from .tls import TLSError, TLSSession
 
 if TYPE_CHECKING:
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
     from .message import Message
     from .nsqd import NSQD
 
+#: A message frame's size field counts the frame type, timestamp, attempts and ID.
+_FRAME_OVERHEAD = 4 + MESSAGE_HEADER_LENGTH
 STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING = range(5)
 DEFAULT_BUFFER_SIZE = 16 * 1024
 _BAD_PROTOCOL = encode_error(b"E_BAD_PROTOCOL")
@@ -93,7 +98,7 @@ class ClientV2(asyncio.Protocol):
         self._stash: list[Command] = []
         self._held: list[bytes] = []
         self._task: asyncio.Task[None] | None = None
-        self._parser = CommandParser(opts.max_msg_size, opts.max_body_size)
+        self._parser = CommandParser(opts.max_msg_size, opts.max_body_size, fin_runs=True)
         self._magic = b""
         self._out: list[bytes] = []
         self._out_len = 0
@@ -444,6 +449,29 @@ class ClientV2(asyncio.Protocol):
         self._out.append(frame)
         self._out_len += len(frame)
 
+    def send_messages(self, channel: Channel, msgs: list[Message]) -> None:
+        """Put a window of messages in flight and buffer their frames (header and ID as one
+        part, the body as another: the flush's join copies each body once)."""
+        channel.start_in_flight_many(msgs, self, self.nsqd.now())
+        count = len(msgs)
+        self.in_flight_count += count
+        self.message_count += count
+        out = self._out
+        append = out.append
+        pack = _MESSAGE_FRAME_HEADER.pack
+        size = 0
+        for msg in msgs:
+            attempts = msg.attempts + 1
+            msg.attempts = attempts
+            body = msg.body
+            append(
+                pack(_FRAME_OVERHEAD + len(body), FRAME_TYPE_MESSAGE, msg.timestamp, attempts)
+                + msg.id
+            )
+            append(body)
+            size += len(body)
+        self._out_len += size + count * (_FRAME_OVERHEAD + 4)
+
     def after_deliveries(self) -> None:
         """Flush policy after messages were buffered (Go's messagePump)."""
         if not self._out or self._flush_pending:
@@ -511,6 +539,13 @@ class ClientV2(asyncio.Protocol):
     def finished_message(self) -> None:
         self.finish_count += 1
         self.in_flight_count -= 1
+        if self.channel is not None:
+            self.channel.pump(self)
+
+    def finished_messages(self, count: int) -> None:
+        """``count`` FINs of one run: one refill for all of them."""
+        self.finish_count += count
+        self.in_flight_count -= count
         if self.channel is not None:
             self.channel.pump(self)
 

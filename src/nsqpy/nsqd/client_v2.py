@@ -103,6 +103,7 @@ class ClientV2(asyncio.Protocol):
         self._out: list[bytes] = []
         self._out_len = 0
         self._in_batch = False
+        self._response_at: int | None = None
         self._must_flush = False
         self._flush_pending = False
         self._flush_timer: asyncio.TimerHandle | None = None
@@ -229,6 +230,7 @@ class ClientV2(asyncio.Protocol):
             self._exec_all(commands)
         finally:
             self._in_batch = False
+            self._response_at = None
         if self._must_flush and not self._closed:
             self.flush()
 
@@ -244,6 +246,7 @@ class ClientV2(asyncio.Protocol):
     def _exec_all(self, commands: list[Command]) -> None:
         handlers = self.nsqd.protocol.handlers
         for index, command in enumerate(commands):
+            self.begin_command()
             try:
                 handler = handlers.get(command.name)
                 if handler is None:
@@ -268,6 +271,11 @@ class ClientV2(asyncio.Protocol):
                 return
 
     # ------------------------------------------------------------------ asynchronous commands
+
+    def begin_command(self) -> None:
+        """A command's response goes before any message the command itself delivered to this
+        client (a PUB to a topic it is subscribed to): Go answers before its message pump."""
+        self._response_at = len(self._out)
 
     def _suspend(self, pending: Awaitable[bytes | None], rest: list[Command]) -> None:
         """Hold the rest of the stream until ``pending`` (an auth query) has answered."""
@@ -413,6 +421,8 @@ class ClientV2(asyncio.Protocol):
 
     def flush(self) -> None:
         self._must_flush = False
+        if self._response_at is not None:
+            self._response_at = 0
         if self._out:
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
@@ -430,8 +440,14 @@ class ClientV2(asyncio.Protocol):
             self.close()
 
     def _send_frame(self, frame: bytes) -> None:
-        """Responses and errors are flushed at once, with any buffered messages before them."""
-        self._out.append(frame)
+        """Responses and errors are flushed at once, with any buffered messages before them
+        (except those the current command itself delivered: see ``_exec_all``)."""
+        at = self._response_at
+        if at is not None and at < len(self._out):
+            self._out.insert(at, frame)
+            self._response_at = at + 1
+        else:
+            self._out.append(frame)
         self._out_len += len(frame)
         if self._in_batch:
             self._must_flush = True

@@ -311,6 +311,7 @@ class ProtocolV2:
         the run goes on; a fatal one ends it (the connection closes)."""
         fin = self.handlers[b"FIN"]
         for msg_id in ids:
+            client.begin_command()  # its error goes after the refills of earlier FINs
             try:
                 fin(client, Command(b"FIN", [msg_id]))
             except ProtocolError as err:

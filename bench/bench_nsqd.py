@@ -20,6 +20,7 @@ own loop instead of uvloop.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -101,12 +102,22 @@ class Server:
                 time.sleep(0.05)
         raise RuntimeError(f"{self.kind} nsqd did not start")
 
-    def post(self, path: str) -> None:
+    def post(self, path: str) -> bytes:
         request = urllib.request.Request(f"http://127.0.0.1:{self.http}{path}", method="POST")
-        if path == "/ping":
+        if path == "/ping" or path.startswith("/stats"):
             request.method = "GET"
         with urllib.request.urlopen(request, timeout=5) as response:
-            response.read()
+            data: bytes = response.read()
+            return data
+
+    def channel_depth(self, topic: str, channel: str) -> int:
+        stats = json.loads(self.post(f"/stats?format=json&topic={topic}&channel={channel}"))
+        stats = stats.get("data", stats)  # Go wraps it for V1 clients only
+        for entry in stats.get("topics") or []:
+            for chan in entry.get("channels") or []:
+                if chan["channel_name"] == channel:
+                    return int(chan["depth"])
+        return 0
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -126,6 +137,7 @@ class Trial:
     pub_cpu_us: float
     sub_cpu_us: float
     rss: float
+    drained: bool  # the reader emptied the channel: SUB is a lower bound
 
 
 def go_tool(bench_dir: str, name: str, args: list[str]) -> float:
@@ -145,27 +157,26 @@ def go_trial(server: Server, args: argparse.Namespace) -> Trial:
     try:
         server.post(f"/topic/create?topic={args.topic}")
         server.post(f"/channel/create?topic={args.topic}&channel=ch")
-        common = [f"--nsqd-tcp-address=127.0.0.1:{server.tcp}", f"--runfor={args.runfor}"]
-        common += [f"--size={args.size}", f"--topic={args.topic}"]
+        shared = [f"--nsqd-tcp-address=127.0.0.1:{server.tcp}", f"--size={args.size}"]
+        shared.append(f"--topic={args.topic}")
+        writer = [*shared, f"--runfor={args.writer_runfor}", f"--batch-size={args.batch_size}"]
+        reader = [*shared, f"--runfor={args.runfor}", f"--rdy={args.rdy}", "--channel=ch"]
         before = cpu_seconds(server.pid)
-        pub = go_tool(
-            args.go_bench_dir, "bench_writer", [*common, f"--batch-size={args.batch_size}"]
-        )
+        pub = go_tool(args.go_bench_dir, "bench_writer", writer)
         middle = cpu_seconds(server.pid)
-        sub = go_tool(
-            args.go_bench_dir, "bench_reader", [*common, f"--rdy={args.rdy}", "--channel=ch"]
-        )
+        sub = go_tool(args.go_bench_dir, "bench_reader", reader)
         after = cpu_seconds(server.pid)
-        seconds = parse_seconds(args.runfor)
+        drained = server.channel_depth(args.topic, "ch") == 0
         rss = peak_rss_mb(server.pid)
     finally:
         server.stop()
     return Trial(
         pub,
         sub,
-        (middle - before) * 1e6 / (pub * seconds),
-        (after - middle) * 1e6 / (sub * seconds),
+        (middle - before) * 1e6 / (pub * parse_seconds(args.writer_runfor)),
+        (after - middle) * 1e6 / (sub * parse_seconds(args.runfor)),
         rss,
+        drained,
     )
 
 
@@ -192,7 +203,8 @@ def side_by_side(args: argparse.Namespace) -> int:
             print(
                 f"trial {trial + 1} {kind:5}: PUB {result.pub:10,.0f}/s "
                 f"({result.pub_cpu_us:.2f} us cpu/msg)  SUB {result.sub:10,.0f}/s "
-                f"({result.sub_cpu_us:.2f} us cpu/msg)  peak RSS {result.rss:7.1f} MiB  "
+                f"({result.sub_cpu_us:.2f} us cpu/msg){' DRAINED' if result.drained else ''}"
+                f"  peak RSS {result.rss:7.1f} MiB  "
                 f"load {load:.1f}",
                 file=sys.stderr,
                 flush=True,
@@ -220,6 +232,8 @@ def print_table(results: dict[str, list[Trial]], args: argparse.Namespace) -> No
     )
     print("| | Go nsqd 1.3 | nsqpy nsqd | ratio (medians) |")
     print("|---|---|---|---|")
+    if any(t.drained for t in go + ours):
+        print("(a SUB run that emptied the channel is a lower bound: raise --writer-runfor)")
     print(row("PUB msgs/s", "pub", ",.0f"))
     print(row("SUB msgs/s", "sub", ",.0f"))
     print(row("nsqd CPU µs/msg, PUB", "pub_cpu_us", ".2f", True))
@@ -260,10 +274,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--go-bench-dir", help="directory with Go's bench_writer/bench_reader")
     parser.add_argument("--go-nsqd", help="Go's nsqd binary, to compare side by side")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument(
+        "--writer-runfor",
+        default="",
+        help="bench_writer's duration (default --runfor); longer leaves the reader a backlog",
+    )
     parser.add_argument("--topic", default="sub_bench")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     args = parser.parse_args(argv)
     if args.go_bench_dir:
+        args.writer_runfor = args.writer_runfor or args.runfor
         if not args.go_nsqd:
             args.go_nsqd = str(Path(args.go_bench_dir) / "nsqd")
         return side_by_side(args)

@@ -183,6 +183,27 @@ class Channel:
         self.message_count += 1
         self.put(msg)
 
+    def put_messages(self, msgs: list[Message]) -> None:
+        """:meth:`put_message` for a batch: with no consumer ready, one extend of the memory
+        queue and the overflow to the backend, instead of a call chain per message."""
+        if self._ready_client() is not None:
+            for msg in msgs:
+                self.put_message(msg)
+            return
+        self.message_count += len(msgs)
+        memory_queue = self.memory_queue
+        room = self.mem_capacity - len(memory_queue)
+        if room >= len(msgs):
+            memory_queue.extend(msgs)
+            return
+        if room > 0:
+            memory_queue.extend(msgs[:room])
+            msgs = msgs[room:]
+        context = f"CHANNEL({self.name})"
+        write = self.nsqd.write_to_backend
+        for msg in msgs:
+            write(self.backend, msg, context, memory_queue)
+
     def put_message_deferred(self, msg: Message, delay: float) -> None:
         self.message_count += 1
         self.start_deferred_timeout(msg, delay)

@@ -156,7 +156,9 @@ def go_trial(server: Server, args: argparse.Namespace) -> Trial:
     server.start()
     try:
         server.post(f"/topic/create?topic={args.topic}")
-        server.post(f"/channel/create?topic={args.topic}&channel=ch")
+        for index in range(args.channels):  # the reader reads "ch"; the rest only fill up
+            name = "ch" if index == 0 else f"ch{index}"
+            server.post(f"/channel/create?topic={args.topic}&channel={name}")
         shared = [f"--nsqd-tcp-address=127.0.0.1:{server.tcp}", f"--size={args.size}"]
         shared.append(f"--topic={args.topic}")
         writer = [*shared, f"--runfor={args.writer_runfor}", f"--batch-size={args.batch_size}"]
@@ -228,7 +230,8 @@ def print_table(results: dict[str, list[Trial]], args: argparse.Namespace) -> No
 
     print(
         f"\nGo's bench_writer/bench_reader, {args.size} B, MPUB {args.batch_size}, "
-        f"RDY {args.rdy}, {args.trials} x {args.runfor}, nsqpy on {args.loop}"
+        f"RDY {args.rdy}, {args.trials} x {args.runfor}, {args.channels} channel(s), "
+        f"--mem-queue-size={args.mem_queue_size}, nsqpy on {args.loop}"
     )
     print("| | Go nsqd 1.3 | nsqpy nsqd | ratio (medians) |")
     print("|---|---|---|---|")
@@ -280,6 +283,7 @@ def main(argv: list[str]) -> int:
         help="bench_writer's duration (default --runfor); longer leaves the reader a backlog",
     )
     parser.add_argument("--topic", default="sub_bench")
+    parser.add_argument("--channels", type=int, default=1, help="channels pre-created (fan-out)")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     args = parser.parse_args(argv)
     if args.go_bench_dir:

@@ -553,13 +553,10 @@ class ClientV2(asyncio.Protocol):
             self.channel.pump(self)
 
     def finished_message(self) -> None:
-        self.finish_count += 1
-        self.in_flight_count -= 1
-        if self.channel is not None:
-            self.channel.pump(self)
+        self.finished_messages(1)
 
     def finished_messages(self, count: int) -> None:
-        """``count`` FINs of one run: one refill for all of them."""
+        """``count`` FINs (of one run): one refill for all of them."""
         self.finish_count += count
         self.in_flight_count -= count
         if self.channel is not None:

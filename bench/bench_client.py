@@ -5,8 +5,10 @@
 Prints producer msgs/s for pipelined PUB (``--concurrency`` publishes outstanding at once) and
 for MPUB (``--batch-size`` messages per command), then consumer msgs/s end to end: the topic is
 filled, and a Consumer whose handler only returns (so the message is FINished) drains it with
-``--max-in-flight``. ``--read-path`` also compares asyncio.Protocol with StreamReader for
-reading message frames (no nsqd), the measurement behind the client's choice of Protocol.
+``--max-in-flight``. ``--others`` drains the same number of messages with pynsq, ansq and (in an
+interpreter of its own, ``--gnsq-python``) gnsq on the same nsqd. ``--read-path`` also compares
+asyncio.Protocol with StreamReader for reading message frames (no nsqd), the measurement behind
+the client's choice of Protocol.
 """
 
 from __future__ import annotations
@@ -81,6 +83,115 @@ async def bench_consume(address: str, topic: str, count: int, max_in_flight: int
     elapsed = time.perf_counter() - started
     await consumer.close()
     return elapsed
+
+
+# ---------------------------------------------------------------------- other Python clients
+
+
+async def fill(address: str, topic: str, count: int, body: bytes, batch: int) -> None:
+    async with Producer(address) as producer:
+        for start in range(0, count, batch):
+            await producer.multi_publish(topic, [body] * min(batch, count - start))
+
+
+async def bench_pynsq(address: str, topic: str, count: int, max_in_flight: int) -> float:
+    """pynsq's Reader (Tornado on this asyncio loop); its handler returns True: FIN."""
+    import nsq
+
+    done = asyncio.Event()
+    received = 0
+
+    def handle(message: object) -> bool:
+        nonlocal received
+        received += 1
+        if received >= count:
+            done.set()
+        return True
+
+    started = time.perf_counter()
+    reader = nsq.Reader(
+        topic=topic,
+        channel="bench",
+        message_handler=handle,
+        nsqd_tcp_addresses=[address],
+        max_in_flight=max_in_flight,
+    )
+    await done.wait()
+    elapsed = time.perf_counter() - started
+    reader.close()
+    return elapsed
+
+
+async def bench_ansq(address: str, topic: str, count: int) -> float:
+    """ansq's Reader: ``async for`` over its messages, ``await message.fin()`` each (ansq
+    keeps RDY 1 per connection)."""
+    import ansq
+
+    started = time.perf_counter()
+    reader = await ansq.create_reader(topic=topic, channel="bench", nsqd_tcp_addresses=[address])
+    received = 0
+    async for message in reader.messages():
+        await message.fin()
+        received += 1
+        if received >= count:
+            break
+    elapsed = time.perf_counter() - started
+    await reader.close()
+    return elapsed
+
+
+#: gnsq runs on gevent, which patches the standard library: it gets an interpreter of its own.
+_GNSQ_CONSUMER = """
+import sys, time, gnsq
+address, topic, count, max_in_flight = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+consumer = gnsq.Consumer(topic, "bench", nsqd_tcp_addresses=[address], max_in_flight=max_in_flight)
+received = 0
+@consumer.on_message.connect
+def handle(consumer, message):
+    global received
+    received += 1
+    if received >= count:
+        consumer.close()
+started = time.perf_counter()
+consumer.start()
+print(time.perf_counter() - started)
+"""
+
+
+async def bench_gnsq(python: str, address: str, topic: str, count: int, rdy: int) -> float:
+    """gnsq's Consumer (auto-FIN after the handler) in ``python``, an interpreter with gnsq."""
+    proc = await asyncio.create_subprocess_exec(
+        python,
+        "-c",
+        _GNSQ_CONSUMER,
+        address,
+        topic,
+        str(count),
+        str(rdy),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=600)
+    return float(out.decode().split()[-1])
+
+
+async def bench_others(address: str, args: argparse.Namespace, body: bytes) -> None:
+    count = args.others_messages
+    stamp = int(time.time())
+    for name in ("nsqpy", "pynsq", "ansq", "gnsq"):
+        topic = f"bench_{name}_{stamp}"
+        await fill(address, topic, count, body, args.batch_size)
+        if name == "nsqpy":
+            elapsed = await bench_consume(address, topic, count, args.max_in_flight)
+        elif name == "pynsq":
+            elapsed = await bench_pynsq(address, topic, count, args.max_in_flight)
+        elif name == "ansq":
+            elapsed = await bench_ansq(address, topic, count)
+        elif args.gnsq_python:
+            elapsed = await bench_gnsq(args.gnsq_python, address, topic, count, args.max_in_flight)
+        else:
+            print("consumer gnsq: skipped (gevent-based: pass --gnsq-python)")
+            continue
+        print(f"consumer {name:6} (same nsqd)             {rate(count, elapsed)}")
 
 
 # ---------------------------------------------------------------------- read path
@@ -174,6 +285,8 @@ async def run(args: argparse.Namespace, address: str) -> None:
     # the MPUB topic now holds --messages (+1) messages: drain them
     elapsed = await bench_consume(address, mpub_topic, args.messages, args.max_in_flight)
     print(f"consumer FIN  (max_in_flight {args.max_in_flight:4}) {rate(args.messages, elapsed)}")
+    if args.others:
+        await bench_others(address, args, body)
     if args.read_path:
         await bench_read_path(args.messages, args.size)
 
@@ -186,8 +299,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--max-in-flight", type=int, default=2500)
     parser.add_argument("--nsqd-tcp-address", default=None, help="use this nsqd, start none")
-    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    # asyncio's own loop by default: what plain asyncio.run() gives a user of nsqpy.client
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="asyncio")
     parser.add_argument("--read-path", action="store_true", help="compare Protocol and streams")
+    parser.add_argument(
+        "--others", action="store_true", help="drain with pynsq and ansq too, on the same nsqd"
+    )
+    parser.add_argument("--others-messages", type=int, default=50_000)
+    parser.add_argument("--gnsq-python", help="a Python with gnsq installed (gnsq needs gevent)")
     args = parser.parse_args(argv)
     if args.loop == "uvloop":
         try:

@@ -4,21 +4,45 @@
 
 Prints the PUB and SUB lines of bench_writer and bench_reader and nsqd's peak resident memory
 (VmHWM). ``--nsqd-args`` passes extra flags (e.g. ``--nsqd-args=--mem-queue-size=0``).
+
+Side by side with Go nsqd, Go's own bench tools as the load (the figures to compare):
+
+    python bench/bench_nsqd.py --go-bench-dir /work/go-nsq/bin --go-nsqd /work/go-nsq/bin/nsqd \
+        --runfor 8s --trials 3
+
+Each trial starts a fresh Go nsqd and a fresh nsqpy nsqd in turn (alternating which goes
+first), pre-creates the topic and channel over HTTP, runs Go's ``bench_writer`` then Go's
+``bench_reader`` against it, and records msgs/s, nsqd CPU per message and peak RSS; the table
+gives every trial and the ratio of the medians. ``--loop asyncio`` runs our nsqd on asyncio's
+own loop instead of uvloop.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shlex
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsqpy.testing import start_nsqd
 
 BENCH = Path(__file__).resolve().parent
+_OPS = re.compile(r"([0-9.]+)ops/s")
+#: Runs our nsqd without installing uvloop's policy: asyncio's own loop.
+_ASYNCIO_NSQD = (
+    "import sys; from nsqpy.nsqd import __main__ as m; "
+    "m.install_event_loop_policy = lambda: None; sys.exit(m.main())"
+)
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -28,20 +52,202 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_tool(tool: str, args: list[str]) -> None:
     subprocess.run([sys.executable, str(BENCH / tool), *args], check=True, timeout=600)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runfor", default="10s")
-    parser.add_argument("--size", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=200)
-    parser.add_argument("--rdy", type=int, default=2500)
-    parser.add_argument("--mem-queue-size", type=int, default=1000000)
-    parser.add_argument("--nsqd-args", default="")
-    parser.add_argument("--skip-reader", action="store_true")
-    args = parser.parse_args(argv)
+# ---------------------------------------------------------------------- side by side with Go
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    """One nsqd process (Go's or ours) on fixed loopback ports."""
+
+    kind: str
+    command: list[str]
+    data: str
+    tcp: int = field(default_factory=free_port)
+    http: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        flags = [
+            f"--tcp-address=127.0.0.1:{self.tcp}",
+            f"--http-address=127.0.0.1:{self.http}",
+            f"--data-path={self.data}",
+            "--broadcast-address=127.0.0.1",
+        ]
+        self.proc = subprocess.Popen(
+            [*self.command, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                self.post("/ping")
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"{self.kind} nsqd did not start")
+
+    def post(self, path: str) -> bytes:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.http}{path}", method="POST")
+        if path == "/ping" or path.startswith("/stats"):
+            request.method = "GET"
+        with urllib.request.urlopen(request, timeout=5) as response:
+            data: bytes = response.read()
+            return data
+
+    def channel_depth(self, topic: str, channel: str) -> int:
+        stats = json.loads(self.post(f"/stats?format=json&topic={topic}&channel={channel}"))
+        stats = stats.get("data", stats)  # Go wraps it for V1 clients only
+        for entry in stats.get("topics") or []:
+            for chan in entry.get("channels") or []:
+                if chan["channel_name"] == channel:
+                    return int(chan["depth"])
+        return 0
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+
+@dataclass
+class Trial:
+    pub: float
+    sub: float
+    pub_cpu_us: float
+    sub_cpu_us: float
+    rss: float
+    drained: bool  # the reader emptied the channel: SUB is a lower bound
+
+
+def go_tool(bench_dir: str, name: str, args: list[str]) -> float:
+    """Run one of Go's bench tools; its ops/s figure."""
+    done = subprocess.run(
+        [str(Path(bench_dir) / name), *args], capture_output=True, text=True, timeout=600
+    )
+    output = done.stdout + done.stderr
+    match = _OPS.search(output)
+    if done.returncode != 0 or match is None:
+        raise RuntimeError(f"{name} failed:\n{output}")
+    return float(match.group(1))
+
+
+def go_trial(server: Server, args: argparse.Namespace) -> Trial:
+    server.start()
+    try:
+        server.post(f"/topic/create?topic={args.topic}")
+        for index in range(args.channels):  # the reader reads "ch"; the rest only fill up
+            name = "ch" if index == 0 else f"ch{index}"
+            server.post(f"/channel/create?topic={args.topic}&channel={name}")
+        shared = [f"--nsqd-tcp-address=127.0.0.1:{server.tcp}", f"--size={args.size}"]
+        shared.append(f"--topic={args.topic}")
+        writer = [*shared, f"--runfor={args.writer_runfor}", f"--batch-size={args.batch_size}"]
+        reader = [*shared, f"--runfor={args.runfor}", f"--rdy={args.rdy}", "--channel=ch"]
+        before = cpu_seconds(server.pid)
+        pub = go_tool(args.go_bench_dir, "bench_writer", writer)
+        middle = cpu_seconds(server.pid)
+        sub = go_tool(args.go_bench_dir, "bench_reader", reader)
+        after = cpu_seconds(server.pid)
+        drained = server.channel_depth(args.topic, "ch") == 0
+        rss = peak_rss_mb(server.pid)
+    finally:
+        server.stop()
+    return Trial(
+        pub,
+        sub,
+        (middle - before) * 1e6 / (pub * parse_seconds(args.writer_runfor)),
+        (after - middle) * 1e6 / (sub * parse_seconds(args.runfor)),
+        rss,
+        drained,
+    )
+
+
+def parse_seconds(text: str) -> float:
+    from nsqpy.internal.durations import parse_duration
+
+    return parse_duration(text)
+
+
+def side_by_side(args: argparse.Namespace) -> int:
+    flags = [f"--mem-queue-size={args.mem_queue_size}", *shlex.split(args.nsqd_args)]
+    ours = [sys.executable, "-m", "nsqpy.nsqd"]
+    if args.loop == "asyncio":
+        ours = [sys.executable, "-c", _ASYNCIO_NSQD]
+    commands = {"go": [args.go_nsqd, *flags], "nsqpy": [*ours, *flags]}
+    results: dict[str, list[Trial]] = {"go": [], "nsqpy": []}
+    for trial in range(args.trials):
+        order = ["go", "nsqpy"] if trial % 2 == 0 else ["nsqpy", "go"]
+        for kind in order:
+            with tempfile.TemporaryDirectory() as data:
+                result = go_trial(Server(kind, commands[kind], data), args)
+            results[kind].append(result)
+            load = os.getloadavg()[0]
+            print(
+                f"trial {trial + 1} {kind:5}: PUB {result.pub:10,.0f}/s "
+                f"({result.pub_cpu_us:.2f} us cpu/msg)  SUB {result.sub:10,.0f}/s "
+                f"({result.sub_cpu_us:.2f} us cpu/msg){' DRAINED' if result.drained else ''}"
+                f"  peak RSS {result.rss:7.1f} MiB  "
+                f"load {load:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    print_table(results, args)
+    return 0
+
+
+def print_table(results: dict[str, list[Trial]], args: argparse.Namespace) -> None:
+    go, ours = results["go"], results["nsqpy"]
+
+    def row(name: str, pick: str, fmt: str, better_low: bool = False) -> str:
+        gv = [getattr(t, pick) for t in go]
+        ov = [getattr(t, pick) for t in ours]
+        ratio = statistics.median(ov) / statistics.median(gv)
+        note = " (lower is better)" if better_low else ""
+        return (
+            f"| {name} | {' / '.join(format(v, fmt) for v in gv)} | "
+            f"{' / '.join(format(v, fmt) for v in ov)} | **{ratio:.2f}x**{note} |"
+        )
+
+    print(
+        f"\nGo's bench_writer/bench_reader, {args.size} B, MPUB {args.batch_size}, "
+        f"RDY {args.rdy}, {args.trials} x {args.runfor}, {args.channels} channel(s), "
+        f"--mem-queue-size={args.mem_queue_size}, nsqpy on {args.loop}"
+    )
+    print("| | Go nsqd 1.3 | nsqpy nsqd | ratio (medians) |")
+    print("|---|---|---|---|")
+    if any(t.drained for t in go + ours):
+        print("(a SUB run that emptied the channel is a lower bound: raise --writer-runfor)")
+    print(row("PUB msgs/s", "pub", ",.0f"))
+    print(row("SUB msgs/s", "sub", ",.0f"))
+    print(row("nsqd CPU µs/msg, PUB", "pub_cpu_us", ".2f", True))
+    print(row("nsqd CPU µs/msg, SUB", "sub_cpu_us", ".2f", True))
+    print(row("peak RSS MiB", "rss", ".0f", True))
+
+
+# ---------------------------------------------------------------------- our own tools
+
+
+def own_tools(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as data:
         flags = [f"--mem-queue-size={args.mem_queue_size}", *shlex.split(args.nsqd_args)]
         nsqd = start_nsqd(data, *flags)
@@ -57,6 +263,35 @@ def main(argv: list[str]) -> int:
         finally:
             nsqd.stop()
     return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runfor", default="10s")
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=200)
+    parser.add_argument("--rdy", type=int, default=2500)
+    parser.add_argument("--mem-queue-size", type=int, default=1000000)
+    parser.add_argument("--nsqd-args", default="")
+    parser.add_argument("--skip-reader", action="store_true")
+    parser.add_argument("--go-bench-dir", help="directory with Go's bench_writer/bench_reader")
+    parser.add_argument("--go-nsqd", help="Go's nsqd binary, to compare side by side")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument(
+        "--writer-runfor",
+        default="",
+        help="bench_writer's duration (default --runfor); longer leaves the reader a backlog",
+    )
+    parser.add_argument("--topic", default="sub_bench")
+    parser.add_argument("--channels", type=int, default=1, help="channels pre-created (fan-out)")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    args = parser.parse_args(argv)
+    if args.go_bench_dir:
+        args.writer_runfor = args.writer_runfor or args.runfor
+        if not args.go_nsqd:
+            args.go_nsqd = str(Path(args.go_bench_dir) / "nsqd")
+        return side_by_side(args)
+    return own_tools(args)
 
 
 if __name__ == "__main__":

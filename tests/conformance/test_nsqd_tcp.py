@@ -295,6 +295,49 @@ def test_messages_published_before_any_channel_wait_in_the_topic(nsqd: DaemonPro
     assert bodies == [b"m0", b"m1", b"m2"]
 
 
+def test_publish_to_own_subscription_gets_ok_before_the_message(nsqd: DaemonProcess) -> None:
+    """Go answers a PUB/MPUB before its message pump delivers the message on that connection."""
+    topic = unique()
+    with subscribed(nsqd, topic, "ch") as conn:
+        conn.rdy(3)
+        conn.pub(topic, b"mine")  # expects OK as the very next frame
+        assert conn.expect_message().body == b"mine"
+        conn.mpub(topic, [b"a", b"b"])
+        assert [conn.expect_message().body for _ in range(2)] == [b"a", b"b"]
+        conn.rdy(5)
+        conn.send(pub_cmd(topic, b"c") + pub_cmd(topic, b"d"))  # both in one read
+        frames = [conn.read_frame() for _ in range(4)]
+        oks = [i for i, (kind, _) in enumerate(frames) if kind == 0]
+        bodies = [(i, data[26:]) for i, (kind, data) in enumerate(frames) if kind == 2]
+        assert [body for _, body in bodies] == [b"c", b"d"]
+        assert oks[0] < bodies[0][0] and oks[1] < bodies[1][0]
+
+
+def test_fin_run_with_a_failing_id_keeps_order(nsqd: DaemonProcess) -> None:
+    """FINs in one read: the refill after a good FIN comes before the error of a bad one."""
+    topic = unique()
+    create_channel(nsqd, topic, "ch")
+    for body in (b"m0", b"m1", b"m2", b"m3"):
+        http_pub(nsqd, topic, body)
+    with subscribed(nsqd, topic, "ch") as conn:
+        conn.rdy(2)
+        first, second = conn.expect_message(), conn.expect_message()
+        bad = b"0" * 16
+        conn.send(b"FIN " + first.id + b"\nFIN " + bad + b"\nFIN " + second.id + b"\n")
+        assert conn.expect_message().body == b"m2"
+        conn.expect_error(b"E_FIN_FAILED FIN " + bad + b" failed ID not in flight", fatal=False)
+        assert conn.expect_message().body == b"m3"
+        conn.send(b"FIN " + first.id + b"\nFIN " + second.id + b"\n")  # already finished
+        for msg_id in (first.id, second.id):
+            conn.expect_error(
+                b"E_FIN_FAILED FIN " + msg_id + b" failed ID not in flight", fatal=False
+            )
+        ch = wait_channel(nsqd, topic, "ch", in_flight_count=2)
+        assert ch["depth"] == 0 and ch["message_count"] == 4
+        conn.send(b"FIN " + b"x" * 15 + b"\r\n")  # a 15-byte ID once the CR is stripped
+        conn.expect_error("E_INVALID invalid message ID")
+
+
 def test_message_ids_are_unique_within_a_topic(nsqd: DaemonProcess) -> None:
     topic = unique()
     with connect(nsqd) as producer:

@@ -258,3 +258,39 @@ def test_go_quote_is_ascii_safe_for_control_bytes(raw: bytes) -> None:
     quoted = go_quote(raw)
     assert quoted.startswith('"') and quoted.endswith('"')
     assert not any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in quoted)
+
+
+def _expand_fin_runs(
+    parsed: list[tuple[bytes, tuple[bytes, ...], bytes | None]],
+) -> list[tuple[bytes, tuple[bytes, ...], bytes | None]]:
+    out: list[tuple[bytes, tuple[bytes, ...], bytes | None]] = []
+    for name, params, body in parsed:
+        if name == commands.FIN_RUN:
+            assert params  # a run holds at least one ID
+            out.extend((b"FIN", (msg_id,), None) for msg_id in params)
+        else:
+            out.append((name, params, body))
+    return out
+
+
+fin_lines = st.one_of(
+    st.builds(commands.fin, msg_ids),
+    st.builds(
+        lambda raw: b"FIN " + raw + b"\n", st.binary(max_size=20).filter(lambda b: b"\n" not in b)
+    ),
+    st.builds(lambda i: b"FIN " + i + b"\r\n", msg_ids),
+    st.builds(lambda i: b"FIN " + i[:15] + b"\r\n", msg_ids),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(client_commands.map(lambda c: c.wire), fin_lines), min_size=1, max_size=20),
+    st.lists(st.integers(min_value=0, max_value=10**6), max_size=30),
+)
+def test_fin_runs_expand_to_the_plain_parse(wires: list[bytes], cuts: list[int]) -> None:
+    """``fin_runs`` only groups FIN lines: expanded, the commands are exactly the plain ones."""
+    stream = b"".join(wires)
+    plain = _parsed(CommandParser(MAX_MSG, MAX_BODY), [stream])
+    runs = _parsed(CommandParser(MAX_MSG, MAX_BODY, fin_runs=True), _chunk(stream, cuts))
+    assert _expand_fin_runs(runs) == plain

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import sys
 from collections.abc import Sequence
@@ -20,6 +21,19 @@ def install_event_loop_policy() -> None:
     except ImportError:  # uvloop is optional (e.g. Windows): the stdlib loop works too
         return
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def tune_garbage_collector() -> None:
+    """Collect the young generation every 10,000 allocations instead of CPython's 700.
+
+    nsqd holds up to --mem-queue-size Message objects per queue, all tracked by the cycle
+    collector; with the default thresholds a full collection may come every 70k allocations
+    (whenever they grew by a quarter) and walks all of them (py-spy: 30-40% of nsqd's CPU while
+    Go's bench_writer publishes). Cycles
+    are still collected, just in larger steps. The startup objects are frozen out of the walks.
+    """
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 async def serve(opts: Options) -> int:
@@ -50,6 +64,7 @@ async def serve(opts: Options) -> int:
 
 def start(opts: Options) -> int:
     install_event_loop_policy()
+    tune_garbage_collector()
     try:
         return asyncio.run(serve(opts))
     except NSQDError as exc:

@@ -122,15 +122,31 @@ class Channel:
         return None
 
     def pump(self, client: ClientV2) -> None:
-        """Deliver queued messages to ``client`` while it is ready."""
+        """Deliver queued messages to ``client`` while it is ready: its whole free window at
+        once (one timestamp, one in-flight group lookup, frames built in one loop)."""
         if self.paused or self.exiting:
             return
+        ready = client.ready_count
+        want = ready - client.in_flight_count
+        if want > 0 and ready > 0:
+            if client.sample_rate:
+                self._pump_sampled(client)
+            else:
+                msgs = self._take(want)
+                if msgs:
+                    client.send_messages(self, msgs)
+        client.after_deliveries()
+
+    def _take(self, count: int) -> list[Message]:
+        """Up to ``count`` messages from the memory queue, then from the backend."""
         memory_queue = self.memory_queue
+        if len(memory_queue) >= count:
+            popleft = memory_queue.popleft
+            return [popleft() for _ in range(count)]
+        msgs = list(memory_queue)
+        memory_queue.clear()
         backend = self.backend
-        while client.ready_count > client.in_flight_count and client.ready_count > 0:
-            if memory_queue:
-                client.send_message(self, memory_queue.popleft())
-                continue
+        while len(msgs) < count:
             data = backend.get()
             if data is None:
                 break
@@ -140,8 +156,20 @@ class Channel:
             if self.skip_ids and decoded.id in self.skip_ids:
                 self.skip_ids.discard(decoded.id)
                 continue
-            client.send_message(self, decoded)
-        client.after_deliveries()
+            msgs.append(decoded)
+        return msgs
+
+    def _pump_sampled(self, client: ClientV2) -> None:
+        """One message at a time: a sampled-out message does not take a slot of RDY."""
+        memory_queue = self.memory_queue
+        while client.ready_count > client.in_flight_count and client.ready_count > 0:
+            if memory_queue:
+                client.send_message(self, memory_queue.popleft())
+                continue
+            msgs = self._take(1)
+            if not msgs:
+                break
+            client.send_message(self, msgs[0])
 
     def pump_all(self) -> None:
         for client in self._client_list:
@@ -161,6 +189,27 @@ class Channel:
         fails the publish."""
         self.message_count += 1
         self.put(msg)
+
+    def put_messages(self, msgs: list[Message]) -> None:
+        """:meth:`put_message` for a batch: with no consumer ready, one extend of the memory
+        queue and the overflow to the backend, instead of a call chain per message."""
+        if self._ready_client() is not None:
+            for msg in msgs:
+                self.put_message(msg)
+            return
+        self.message_count += len(msgs)
+        memory_queue = self.memory_queue
+        room = self.mem_capacity - len(memory_queue)
+        if room >= len(msgs):
+            memory_queue.extend(msgs)
+            return
+        if room > 0:
+            memory_queue.extend(msgs[:room])
+            msgs = msgs[room:]
+        context = f"CHANNEL({self.name})"
+        write = self.nsqd.write_to_backend
+        for msg in msgs:
+            write(self.backend, msg, context, memory_queue)
 
     def put_message_deferred(self, msg: Message, delay: float) -> None:
         self.message_count += 1
@@ -208,6 +257,41 @@ class Channel:
             group = self._in_flight_groups[timeout] = {}
         group[msg.id] = msg
         msg.group = group
+
+    def start_in_flight_many(self, msgs: list[Message], client: ClientV2, now: float) -> None:
+        """:meth:`start_in_flight` for a window of messages delivered at once."""
+        timeout = client.msg_timeout
+        deadline = now + timeout
+        in_flight = self.in_flight
+        group = self._in_flight_groups.get(timeout)
+        if group is None:
+            group = self._in_flight_groups[timeout] = {}
+        for msg in msgs:
+            msg.client = client
+            msg.delivery_ts = now
+            msg.pri = deadline
+            msg.group = group
+            in_flight[msg.id] = group[msg.id] = msg
+
+    def finish_many(self, client: ClientV2, ids: list[bytes]) -> int:
+        """FIN each ID in order, stopping at the first that is not ``client``'s in flight;
+        the number finished (the caller reports the failing one with :meth:`finish_message`)."""
+        in_flight = self.in_flight
+        e2e = self.e2e
+        now_ns = self.nsqd.wall_ns() if e2e is not None else 0
+        for index, msg_id in enumerate(ids):
+            msg = in_flight.get(msg_id)
+            if msg is None or msg.client is not client:
+                return index
+            del in_flight[msg_id]
+            group = msg.group
+            if group is not None:
+                del group[msg_id]
+                msg.group = None
+            msg.client = None
+            if e2e is not None:
+                e2e.insert(now_ns - msg.timestamp)
+        return len(ids)
 
     def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
         msg = self.in_flight.get(msg_id)

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import (
     FRAME_HEARTBEAT,
+    FRAME_TYPE_MESSAGE,
     MAGIC_V2,
+    MESSAGE_HEADER_LENGTH,
     CommandParser,
     LineTooLong,
     ProtocolError,
@@ -32,6 +34,7 @@ from ..protocol.compression import (
     SnappyFrameWriter,
 )
 from .errors import NeedsReauth
+from .message import MESSAGE_FRAME_HEADER as _MESSAGE_FRAME_HEADER
 from .tls import TLSError, TLSSession
 
 if TYPE_CHECKING:
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
     from .message import Message
     from .nsqd import NSQD
 
+#: A message frame's size field counts the frame type, timestamp, attempts and ID.
+_FRAME_OVERHEAD = 4 + MESSAGE_HEADER_LENGTH
 STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING = range(5)
 DEFAULT_BUFFER_SIZE = 16 * 1024
 _BAD_PROTOCOL = encode_error(b"E_BAD_PROTOCOL")
@@ -93,11 +98,12 @@ class ClientV2(asyncio.Protocol):
         self._stash: list[Command] = []
         self._held: list[bytes] = []
         self._task: asyncio.Task[None] | None = None
-        self._parser = CommandParser(opts.max_msg_size, opts.max_body_size)
+        self._parser = CommandParser(opts.max_msg_size, opts.max_body_size, fin_runs=True)
         self._magic = b""
         self._out: list[bytes] = []
         self._out_len = 0
         self._in_batch = False
+        self._response_at: int | None = None
         self._must_flush = False
         self._flush_pending = False
         self._flush_timer: asyncio.TimerHandle | None = None
@@ -224,6 +230,7 @@ class ClientV2(asyncio.Protocol):
             self._exec_all(commands)
         finally:
             self._in_batch = False
+            self._response_at = None
         if self._must_flush and not self._closed:
             self.flush()
 
@@ -239,6 +246,7 @@ class ClientV2(asyncio.Protocol):
     def _exec_all(self, commands: list[Command]) -> None:
         handlers = self.nsqd.protocol.handlers
         for index, command in enumerate(commands):
+            self.begin_command()
             try:
                 handler = handlers.get(command.name)
                 if handler is None:
@@ -263,6 +271,11 @@ class ClientV2(asyncio.Protocol):
                 return
 
     # ------------------------------------------------------------------ asynchronous commands
+
+    def begin_command(self) -> None:
+        """A command's response goes before any message the command itself delivered to this
+        client (a PUB to a topic it is subscribed to): Go answers before its message pump."""
+        self._response_at = len(self._out)
 
     def _suspend(self, pending: Awaitable[bytes | None], rest: list[Command]) -> None:
         """Hold the rest of the stream until ``pending`` (an auth query) has answered."""
@@ -408,6 +421,8 @@ class ClientV2(asyncio.Protocol):
 
     def flush(self) -> None:
         self._must_flush = False
+        if self._response_at is not None:
+            self._response_at = 0
         if self._out:
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
@@ -425,8 +440,14 @@ class ClientV2(asyncio.Protocol):
             self.close()
 
     def _send_frame(self, frame: bytes) -> None:
-        """Responses and errors are flushed at once, with any buffered messages before them."""
-        self._out.append(frame)
+        """Responses and errors are flushed at once, with any buffered messages before them
+        (except those the current command itself delivered: see ``_exec_all``)."""
+        at = self._response_at
+        if at is not None and at < len(self._out):
+            self._out.insert(at, frame)
+            self._response_at = at + 1
+        else:
+            self._out.append(frame)
         self._out_len += len(frame)
         if self._in_batch:
             self._must_flush = True
@@ -443,6 +464,29 @@ class ClientV2(asyncio.Protocol):
         frame = msg.frame()
         self._out.append(frame)
         self._out_len += len(frame)
+
+    def send_messages(self, channel: Channel, msgs: list[Message]) -> None:
+        """Put a window of messages in flight and buffer their frames (header and ID as one
+        part, the body as another: the flush's join copies each body once)."""
+        channel.start_in_flight_many(msgs, self, self.nsqd.now())
+        count = len(msgs)
+        self.in_flight_count += count
+        self.message_count += count
+        out = self._out
+        append = out.append
+        pack = _MESSAGE_FRAME_HEADER.pack
+        size = 0
+        for msg in msgs:
+            attempts = msg.attempts + 1
+            msg.attempts = attempts
+            body = msg.body
+            append(
+                pack(_FRAME_OVERHEAD + len(body), FRAME_TYPE_MESSAGE, msg.timestamp, attempts)
+                + msg.id
+            )
+            append(body)
+            size += len(body)
+        self._out_len += size + count * (_FRAME_OVERHEAD + 4)
 
     def after_deliveries(self) -> None:
         """Flush policy after messages were buffered (Go's messagePump)."""
@@ -509,8 +553,12 @@ class ClientV2(asyncio.Protocol):
             self.channel.pump(self)
 
     def finished_message(self) -> None:
-        self.finish_count += 1
-        self.in_flight_count -= 1
+        self.finished_messages(1)
+
+    def finished_messages(self, count: int) -> None:
+        """``count`` FINs (of one run): one refill for all of them."""
+        self.finish_count += count
+        self.in_flight_count -= count
         if self.channel is not None:
             self.channel.pump(self)
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from .client_v2 import ClientV2
 
 _HEADER = struct.Struct(">QH")
-_MESSAGE_FRAME_HEADER = struct.Struct(">iiQH")
+MESSAGE_FRAME_HEADER = struct.Struct(">iiQH")
 FRAME_TYPE_MESSAGE = 2
 
 
@@ -53,10 +53,12 @@ class Message:
     def frame(self) -> bytes:
         """The complete message frame as sent to a consumer."""
         size = MESSAGE_HEADER_LENGTH + 4 + len(self.body)
-        header = _MESSAGE_FRAME_HEADER.pack(size, FRAME_TYPE_MESSAGE, self.timestamp, self.attempts)
+        header = MESSAGE_FRAME_HEADER.pack(size, FRAME_TYPE_MESSAGE, self.timestamp, self.attempts)
         return header + self.id + self.body
 
 
 def message_from_bytes(data: bytes) -> Message:
-    decoded = decode_message(data)
-    return Message(decoded.id, decoded.body, decoded.timestamp, decoded.attempts)
+    if len(data) < MESSAGE_HEADER_LENGTH:
+        decode_message(data)  # raises the decoder's error
+    timestamp, attempts = _HEADER.unpack_from(data, 0)
+    return Message(bytes(data[10:26]), bytes(data[26:]), timestamp, attempts)

@@ -23,7 +23,7 @@ from ..protocol import (
     parse_base10,
     parse_mpub_body,
 )
-from ..protocol.commands import Command
+from ..protocol.commands import FIN_RUN, Command
 from .channel import ChannelError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from .errors import BackendWriteError, NeedsReauth
@@ -86,6 +86,7 @@ class ProtocolV2:
             for name, handler in list(self.handlers.items()):
                 if name != b"IDENTIFY":
                     self.handlers[name] = self._with_tls_check(name, handler)
+        self.handlers[FIN_RUN] = self.FIN_RUN  # checks TLS itself, under FIN's name
 
     # ------------------------------------------------------------------ policies
 
@@ -280,6 +281,43 @@ class ProtocolV2:
             raise ProtocolError("E_FIN_FAILED", f"FIN {_text(msg_id)} failed {exc}") from None
         client.finished_message()
         return None
+
+    def FIN_RUN(self, client: ClientV2, command: Command) -> bytes | None:
+        """A run of FIN lines (``CommandParser(fin_runs=True)``): the IDs are finished in one
+        pass and the client refilled once; an ID that fails goes through :meth:`FIN` for
+        Go's error, after the messages the FINs before it made room for."""
+        ids = command.params
+        channel = client.channel
+        state = client.state
+        if (
+            channel is None
+            or (state != STATE_SUBSCRIBED and state != STATE_CLOSING)
+            or (self._tls_required and not client.tls)
+        ):
+            self._fin_each(client, ids)
+            return None
+        while ids:
+            done = channel.finish_many(client, ids)
+            if done:
+                client.finished_messages(done)
+            if done == len(ids):
+                break
+            self._fin_each(client, ids[done : done + 1])
+            ids = ids[done + 1 :]
+        return None
+
+    def _fin_each(self, client: ClientV2, ids: list[bytes]) -> None:
+        """FIN one ID at a time, as separate commands would be: a non-fatal error is sent and
+        the run goes on; a fatal one ends it (the connection closes)."""
+        fin = self.handlers[b"FIN"]
+        for msg_id in ids:
+            client.begin_command()  # its error goes after the refills of earlier FINs
+            try:
+                fin(client, Command(b"FIN", [msg_id]))
+            except ProtocolError as err:
+                if err.fatal:
+                    raise
+                client.send_error(err)
 
     def REQ(self, client: ClientV2, command: Command) -> bytes | None:
         msg_id = self._in_flight_command(client, command, "REQ", 2)

@@ -116,8 +116,19 @@ class Topic:
         self.message_bytes += len(msg.body)
 
     def put_messages(self, msgs: list[Message]) -> None:
+        """An MPUB's messages (never deferred). Callers hold ``nsqd.batched_writes()``, so a
+        refused disk write surfaces after this returns."""
         if self.exiting:
             raise TopicError("exiting")
+        channels = self._channel_list
+        if channels and self.started and not self.paused and not self._draining:
+            first = True
+            for channel in channels:  # the first channel takes the originals, as _fan_out
+                channel.put_messages(msgs if first else [msg.copy() for msg in msgs])
+                first = False
+            self.message_count += len(msgs)
+            self.message_bytes += sum([len(msg.body) for msg in msgs])
+            return
         total = 0
         try:
             for count, msg in enumerate(msgs):  # noqa: B007 - count is used on failure

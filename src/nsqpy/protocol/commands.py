@@ -7,6 +7,7 @@ by ``BE32(size)`` and ``size`` bytes of body.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -30,6 +31,14 @@ NOP = b"NOP"
 
 #: Go reads command lines through a 16 KiB bufio.Reader; a longer line closes the connection.
 MAX_LINE_LENGTH = 16 * 1024
+
+#: The name of a parsed run of FIN commands (see ``CommandParser(fin_runs=True)``). Real names
+#: come from splitting a line on spaces, so none can contain one.
+FIN_RUN = b" FIN"
+#: Consecutive ``FIN <16-byte id>\n`` lines whose ID a plain parse would keep whole (no space,
+#: no newline, no trailing carriage return): anything else goes through the general parse.
+_FIN_RUN_PATTERN = re.compile(rb"(?:FIN [^ \n]{15}[^ \n\r]\n)+")
+_FIN_LINE = 21
 
 _UINT64 = 1 << 64
 
@@ -146,11 +155,16 @@ class CommandParser:
 
     ``max_msg_size`` bounds PUB and DPUB bodies, ``max_body_size`` the others. After a command
     with ``bad_body_size`` the stream cannot be resynchronised; callers close the connection.
+
+    With ``fin_runs`` consecutive well-formed ``FIN <id>`` lines come out as one command named
+    :data:`FIN_RUN` whose params are the IDs in order: a consumer FINs every message, and
+    nsqd handles a whole run in one pass (one regex match instead of a split per line).
     """
 
-    __slots__ = ("_buf", "_limits", "_max_msg_size", "_pending")
+    __slots__ = ("_buf", "_fin_runs", "_limits", "_max_msg_size", "_pending")
 
-    def __init__(self, max_msg_size: int, max_body_size: int) -> None:
+    def __init__(self, max_msg_size: int, max_body_size: int, fin_runs: bool = False) -> None:
+        self._fin_runs = fin_runs
         self._buf = bytearray()
         self._pending: tuple[bytes, list[bytes]] | None = None
         self._max_msg_size = max_msg_size
@@ -189,6 +203,7 @@ class CommandParser:
         pos = 0
         end = len(buf)
         limits = self._limits
+        fin_runs = self._fin_runs
         while True:
             if self._pending is not None:
                 name, params = self._pending
@@ -213,6 +228,14 @@ class CommandParser:
                 self._pending = None
                 commands.append(Command(name, params, body))
                 continue
+            if fin_runs and buf.startswith(b"FIN ", pos):
+                match = _FIN_RUN_PATTERN.match(buf, pos)
+                if match is not None:
+                    run = bytes(buf[pos : match.end()])
+                    ids = [run[i : i + 16] for i in range(4, len(run), _FIN_LINE)]
+                    commands.append(Command(FIN_RUN, ids))
+                    pos = match.end()
+                    continue
             # Go's bufio.ReadSlice fails once MAX_LINE_LENGTH bytes hold no newline
             nl = buf.find(b"\n", pos, pos + MAX_LINE_LENGTH)
             if nl < 0:

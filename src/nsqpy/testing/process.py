@@ -102,8 +102,15 @@ class DaemonProcess:
         if not self._ready.wait(timeout):
             self.kill()
             raise RuntimeError(f"{self.module} did not start in {timeout}s:\n{self.log}")
-        if self.proc.poll() is not None and len(self.addresses) < len(self.expect):
-            raise RuntimeError(f"{self.module} exited with {self.proc.returncode}:\n{self.log}")
+        if len(self.addresses) < len(self.expect):
+            # the log ended before every listening line: the daemon is exiting (its stderr
+            # closes a moment before it can be reaped, so wait for it rather than poll)
+            try:
+                code = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                code = self.proc.returncode
+            raise RuntimeError(f"{self.module} exited with {code}:\n{self.log}")
         return self
 
     def popen_options(self) -> dict[str, Any]:

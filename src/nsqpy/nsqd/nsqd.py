@@ -193,10 +193,16 @@ class NSQD:
         self._admission = Admission(self.logger)  # faults (issue 14): descriptor reserve
         if tcp_sock.family == socket.AF_UNIX:
             self.tcp_port = -1
-            self._tcp_server = await self.loop.create_unix_server(self._new_client, sock=tcp_sock)
+            self._tcp_server = await self.loop.create_unix_server(
+                self._new_client, sock=tcp_sock, backlog=socket.SOMAXCONN
+            )
         else:
             self.tcp_port = tcp_sock.getsockname()[1]
-            self._tcp_server = await self.loop.create_server(self._new_client, sock=tcp_sock)
+            # the loop re-listens with its own backlog (100 by default): keep Go's somaxconn,
+            # or a burst of connects (1000 consumers starting) loses SYNs and dials time out
+            self._tcp_server = await self.loop.create_server(
+                self._new_client, sock=tcp_sock, backlog=socket.SOMAXCONN
+            )
         self.logger.info(f"TCP: listening on {self.tcp_listen}")
         if opts.http_address:
             await self._start_http(opts.http_address)

@@ -95,6 +95,11 @@ def process_metrics(nsqd: NSQD, out: Families, topic_count: int) -> None:
     out.gauge("nsq_draining", "1 while nsqd drains before shutting down", (), (), nsqd.draining)
     out.gauge("nsq_client_connections", "Open TCP client connections", (), (), len(nsqd.clients))
     out.gauge("nsq_topic_count", "Number of topics", (), (), topic_count)
+    received, sent = nsqd.tcp_bytes()
+    out.counter(
+        "nsq_tcp_bytes_received", "Bytes read from TCP client connections", (), (), received
+    )
+    out.counter("nsq_tcp_bytes_sent", "Bytes written to TCP client connections", (), (), sent)
 
 
 def topic_metrics(topic: dict[str, Any], out: Families) -> None:

@@ -2,11 +2,12 @@
 
 Built at scrape time from the same figures as ``/stats`` (``stats.get_stats``), so nothing is
 counted per message for it; only the TCP byte totals are its own (``NSQD.tcp_bytes``: one add
-per read or write call of a connection). Names and labels follow lovoo/nsq_exporter (``nsq_topic_*`` with
-``type, topic, paused``; ``nsq_channel_*`` with ``type, topic, channel, paused``;
-``nsq_client_*``), so dashboards built on it find their series. Where the exporter exposes a
-monotonic count as a gauge, this is a counter: prometheus_client names its sample
-``<name>_total`` (``nsq_topic_message_count_total``).
+per read or write call of a connection).
+
+Names and labels follow lovoo/nsq_exporter (``nsq_topic_*`` with ``type, topic, paused``;
+``nsq_channel_*`` with ``type, topic, channel, paused``; ``nsq_client_*``), so dashboards built
+on it find their series. Where the exporter exposes a monotonic count as a gauge, this is a
+counter: prometheus_client names its sample ``<name>_total`` (``nsq_topic_message_count_total``).
 """
 
 from __future__ import annotations

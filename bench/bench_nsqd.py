@@ -15,6 +15,12 @@ first), pre-creates the topic and channel over HTTP, runs Go's ``bench_writer`` 
 ``bench_reader`` against it, and records msgs/s, nsqd CPU per message and peak RSS; the table
 gives every trial and the ratio of the medians. ``--loop asyncio`` runs our nsqd on asyncio's
 own loop instead of uvloop.
+
+``--connections N`` runs Go's ``bench_reader`` with ``GOMAXPROCS=N``: it opens one consumer
+connection per GOMAXPROCS (Go 1.19's runtime takes any positive value), so N connections share
+the channel. Without ``--rdy`` each gets RDY ``max(5, 2500 // N)``: the total in flight stays
+near 2500, and 5 is the least RDY with which bench_reader ever flushes its FINs (it flushes when
+``count % rdy > 0.75 * rdy``). Without ``--connections`` bench_reader opens one per core.
 """
 
 from __future__ import annotations
@@ -140,10 +146,13 @@ class Trial:
     drained: bool  # the reader emptied the channel: SUB is a lower bound
 
 
-def go_tool(bench_dir: str, name: str, args: list[str]) -> float:
-    """Run one of Go's bench tools; its ops/s figure."""
+def go_tool(bench_dir: str, name: str, args: list[str], procs: int | None = None) -> float:
+    """Run one of Go's bench tools (with ``GOMAXPROCS=procs`` if given); its ops/s figure."""
+    env = dict(os.environ)
+    if procs is not None:
+        env["GOMAXPROCS"] = str(procs)
     done = subprocess.run(
-        [str(Path(bench_dir) / name), *args], capture_output=True, text=True, timeout=600
+        [str(Path(bench_dir) / name), *args], capture_output=True, text=True, timeout=600, env=env
     )
     output = done.stdout + done.stderr
     match = _OPS.search(output)
@@ -166,7 +175,7 @@ def go_trial(server: Server, args: argparse.Namespace) -> Trial:
         before = cpu_seconds(server.pid)
         pub = go_tool(args.go_bench_dir, "bench_writer", writer)
         middle = cpu_seconds(server.pid)
-        sub = go_tool(args.go_bench_dir, "bench_reader", reader)
+        sub = go_tool(args.go_bench_dir, "bench_reader", reader, args.connections)
         after = cpu_seconds(server.pid)
         drained = server.channel_depth(args.topic, "ch") == 0
         rss = peak_rss_mb(server.pid)
@@ -231,7 +240,8 @@ def print_table(results: dict[str, list[Trial]], args: argparse.Namespace) -> No
     print(
         f"\nGo's bench_writer/bench_reader, {args.size} B, MPUB {args.batch_size}, "
         f"RDY {args.rdy}, {args.trials} x {args.runfor}, {args.channels} channel(s), "
-        f"--mem-queue-size={args.mem_queue_size}, nsqpy on {args.loop}"
+        f"--mem-queue-size={args.mem_queue_size}, nsqpy on {args.loop}, "
+        f"{args.connections or 'one per core'} consumer connection(s)"
     )
     print("| | Go nsqd 1.3 | nsqpy nsqd | ratio (medians) |")
     print("|---|---|---|---|")
@@ -270,7 +280,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runfor", default="10s")
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=200)
-    parser.add_argument("--rdy", type=int, default=2500)
+    parser.add_argument(
+        "--rdy", type=int, help="RDY per connection (default 2500, or max(5, 2500 // N))"
+    )
     parser.add_argument("--mem-queue-size", type=int, default=1000000)
     parser.add_argument("--nsqd-args", default="")
     parser.add_argument("--skip-reader", action="store_true")
@@ -285,7 +297,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--topic", default="sub_bench")
     parser.add_argument("--channels", type=int, default=1, help="channels pre-created (fan-out)")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        help="consumer connections of Go's bench_reader (its GOMAXPROCS; default one per core)",
+    )
     args = parser.parse_args(argv)
+    if args.connections is not None and args.connections < 1:
+        parser.error("--connections must be at least 1")
+    if args.rdy is None:
+        args.rdy = 2500 if args.connections is None else max(5, 2500 // args.connections)
     if args.go_bench_dir:
         args.writer_runfor = args.writer_runfor or args.runfor
         if not args.go_nsqd:

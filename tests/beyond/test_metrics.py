@@ -196,3 +196,49 @@ def test_nsqlookupd_metrics(daemons: list[DaemonProcess], tmp_path: Path) -> Non
     assert value(metrics, "nsqlookupd_producer_count") == 1
     assert value(metrics, "nsqlookupd_topic_count") == 1
     assert metrics["nsqlookupd_uptime_seconds"][0] == "gauge"
+
+
+def tcp_bytes(nsqd: DaemonProcess) -> tuple[float, float]:
+    """nsqd-wide (received, sent) bytes on client TCP connections, from /metrics."""
+    metrics = scrape(nsqd)
+    assert metrics["nsq_tcp_bytes_received"][0] == "counter"
+    assert metrics["nsq_tcp_bytes_sent"][0] == "counter"
+    return value(metrics, "nsq_tcp_bytes_received"), value(metrics, "nsq_tcp_bytes_sent")
+
+
+def test_tcp_bytes_count_payloads_and_survive_closed_connections(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    nsqd = launch(daemons, tmp_path)
+    topic, count, size = unique("bytes"), 40, 1000
+    received0, sent0 = tcp_bytes(nsqd)
+    pub = NsqConn(nsqd.tcp_address)
+    for index in range(count):
+        pub.pub(topic, bytes([index]) * size)
+    received1, sent1 = tcp_bytes(nsqd)
+    assert received1 - received0 >= count * size  # every PUB body came in
+    assert sent1 >= sent0
+
+    consumer = NsqConn(nsqd.tcp_address)
+    consumer.sub(topic, "c")
+    consumer.rdy(count)
+    for _ in range(count):
+        msg = consumer.expect_message()
+        assert len(msg.body) == size
+        consumer.fin(msg.id)
+    wait_until(lambda: channel_stats(nsqd, topic, "c")["in_flight_count"] == 0)  # type: ignore[index]
+    received2, sent2 = tcp_bytes(nsqd)
+    assert sent2 - sent1 >= count * (size + 30)  # each body in a frame with its 30-byte header
+    assert received2 - received1 >= count * len(b"FIN %s\n" % (b"0" * 16))
+
+    # closed connections stay counted: the totals never go down
+    pub.close()
+    consumer.close()
+    wait_until(lambda: value(scrape(nsqd), "nsq_client_connections") == 0)
+    received3, sent3 = tcp_bytes(nsqd)
+    assert received3 >= received2 and sent3 >= sent2
+    again = NsqConn(nsqd.tcp_address)
+    again.pub(topic, b"x" * size)
+    received4, sent4 = tcp_bytes(nsqd)
+    assert received4 - received3 >= size and sent4 > sent3
+    again.close()

@@ -74,6 +74,10 @@ class ClientV2(asyncio.Protocol):
         self.finish_count = 0
         self.requeue_count = 0
         self.pub_counts: dict[str, int] = {}
+        # wire bytes (after TLS and compression), one add per read or write call, never per
+        # message; nsqd folds them into its totals when the connection goes (/metrics)
+        self.bytes_received = 0
+        self.bytes_sent = 0
         self.connect_ts = int(time.time())
         self.sample_rate = 0
         self.msg_timeout = opts.msg_timeout
@@ -146,6 +150,7 @@ class ClientV2(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        self.bytes_received += len(data)
         self._last_read = self.nsqd.now()
         if self._tls_session is not None:
             data = self._receive_tls(data)
@@ -345,6 +350,7 @@ class ClientV2(asyncio.Protocol):
                 self.nsqd.logger.error(f"[{self.remote_address}] - TLS: {exc}")
                 self.close()
                 return
+        self.bytes_sent += len(data)
         self.transport.write(data)
 
     # ------------------------------------------------------------------ upgrades (IDENTIFY)
@@ -371,10 +377,12 @@ class ClientV2(asyncio.Protocol):
         except TLSError as exc:
             self.nsqd.logger.error(f"[{self}] - IDENTIFY failed TLS handshake: {exc}")
             if exc.alert and self.transport is not None:
+                self.bytes_sent += len(exc.alert)
                 self.transport.write(exc.alert)  # tell the peer why, as Go's crypto/tls does
             self.close()
             return b""
         if outgoing and self.transport is not None:
+            self.bytes_sent += len(outgoing)
             self.transport.write(outgoing)
         if session.handshake_done and not was_done:
             self._tls_ready(session)

@@ -1,11 +1,13 @@
 """nsqd's Prometheus ``/metrics`` (nsqpy addition; docs/beyond-go.md).
 
 Built at scrape time from the same figures as ``/stats`` (``stats.get_stats``), so nothing is
-counted per message for it. Names and labels follow lovoo/nsq_exporter (``nsq_topic_*`` with
-``type, topic, paused``; ``nsq_channel_*`` with ``type, topic, channel, paused``;
-``nsq_client_*``), so dashboards built on it find their series. Where the exporter exposes a
-monotonic count as a gauge, this is a counter: prometheus_client names its sample
-``<name>_total`` (``nsq_topic_message_count_total``).
+counted per message for it; only the TCP byte totals are its own (``NSQD.tcp_bytes``: one add
+per read or write call of a connection).
+
+Names and labels follow lovoo/nsq_exporter (``nsq_topic_*`` with ``type, topic, paused``;
+``nsq_channel_*`` with ``type, topic, channel, paused``; ``nsq_client_*``), so dashboards built
+on it find their series. Where the exporter exposes a monotonic count as a gauge, this is a
+counter: prometheus_client names its sample ``<name>_total`` (``nsq_topic_message_count_total``).
 """
 
 from __future__ import annotations
@@ -95,6 +97,11 @@ def process_metrics(nsqd: NSQD, out: Families, topic_count: int) -> None:
     out.gauge("nsq_draining", "1 while nsqd drains before shutting down", (), (), nsqd.draining)
     out.gauge("nsq_client_connections", "Open TCP client connections", (), (), len(nsqd.clients))
     out.gauge("nsq_topic_count", "Number of topics", (), (), topic_count)
+    received, sent = nsqd.tcp_bytes()
+    out.counter(
+        "nsq_tcp_bytes_received", "Bytes read from TCP client connections", (), (), received
+    )
+    out.counter("nsq_tcp_bytes_sent", "Bytes written to TCP client connections", (), (), sent)
 
 
 def topic_metrics(topic: dict[str, Any], out: Families) -> None:

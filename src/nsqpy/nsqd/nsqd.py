@@ -70,6 +70,8 @@ class NSQD:
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop_policy().get_event_loop()
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, ClientV2] = {}
+        self.closed_bytes_received = 0  # wire bytes of connections that have gone (/metrics)
+        self.closed_bytes_sent = 0
         self.protocol = ProtocolV2(self)
         self.start_time = int(time.time())
         self.health_error: str | None = None
@@ -193,10 +195,16 @@ class NSQD:
         self._admission = Admission(self.logger)  # faults (issue 14): descriptor reserve
         if tcp_sock.family == socket.AF_UNIX:
             self.tcp_port = -1
-            self._tcp_server = await self.loop.create_unix_server(self._new_client, sock=tcp_sock)
+            self._tcp_server = await self.loop.create_unix_server(
+                self._new_client, sock=tcp_sock, backlog=socket.SOMAXCONN
+            )
         else:
             self.tcp_port = tcp_sock.getsockname()[1]
-            self._tcp_server = await self.loop.create_server(self._new_client, sock=tcp_sock)
+            # the loop re-listens with its own backlog (100 by default): keep Go's somaxconn,
+            # or a burst of connects (1000 consumers starting) loses SYNs and dials time out
+            self._tcp_server = await self.loop.create_server(
+                self._new_client, sock=tcp_sock, backlog=socket.SOMAXCONN
+            )
         self.logger.info(f"TCP: listening on {self.tcp_listen}")
         if opts.http_address:
             await self._start_http(opts.http_address)
@@ -255,7 +263,15 @@ class NSQD:
         return client
 
     def remove_client(self, client: ClientV2) -> None:
-        self.clients.pop(client.id, None)
+        if self.clients.pop(client.id, None) is not None:
+            self.closed_bytes_received += client.bytes_received
+            self.closed_bytes_sent += client.bytes_sent
+
+    def tcp_bytes(self) -> tuple[int, int]:
+        """Bytes received from and sent to TCP clients since start, closed connections too."""
+        clients = self.clients.values()
+        received = self.closed_bytes_received + sum(c.bytes_received for c in clients)
+        return received, self.closed_bytes_sent + sum(c.bytes_sent for c in clients)
 
     async def stop(self) -> None:
         """Go's Exit: listeners, clients, HTTP, metadata, topics, background loops."""

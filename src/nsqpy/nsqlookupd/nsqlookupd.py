@@ -102,7 +102,10 @@ class NSQLookupd:
         self._http_text = format_address(self.real_http_address)
 
         loop = asyncio.get_running_loop()
-        self._tcp_server = await loop.create_server(self._new_peer, sock=tcp_sock)
+        # the loop would re-listen with a backlog of 100: keep Go's somaxconn
+        self._tcp_server = await loop.create_server(
+            self._new_peer, sock=tcp_sock, backlog=socket.SOMAXCONN
+        )
         self.logger.info(f"TCP: listening on {self._tcp_text}")
 
         runner = web.AppRunner(

@@ -37,7 +37,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -50,6 +49,7 @@ from .. import NSQ_VERSION, __version__, version_line
 from ..client import Consumer, Handler
 from ..client.connection import join_address
 from ..client.errors import NSQDConnectError
+from ..internal.daemon import StopSignals, run_event_loop
 from ..internal.flags import BOOL, INT, STR, STR_LIST, UsageError, option, run_command
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ._go_config import ClientConfig, ConfigError, go_quote
@@ -253,11 +253,7 @@ def _go_errno_text(number: int) -> str:
 
 def stop_event() -> asyncio.Event:
     """An event set by SIGINT or SIGTERM (call from inside the running loop)."""
-    event = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, event.set)
-    return event
+    return StopSignals().stopping
 
 
 async def first_of(*awaitables: Awaitable[Any]) -> None:
@@ -295,14 +291,6 @@ def setup_logging(level: int = logging.INFO) -> None:
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
-
-
-def _run_event_loop(main: Coroutine[Any, Any, int]) -> int:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
 
 
 def _checked_options(options_cls: type[T], check_client_opts: bool) -> type[T]:
@@ -344,7 +332,7 @@ def run_app(
     def start(opts: T) -> int:
         setup_logging()
         try:
-            return _run_event_loop(run(opts))
+            return run_event_loop(run(opts))
         except FatalError as exc:
             go_log(str(exc))
             return 1

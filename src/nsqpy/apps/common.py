@@ -57,6 +57,7 @@ from ._go_config import ClientConfig, ConfigError, go_quote
 __all__ = [
     "ClientConfig",
     "ConsumerFlags",
+    "ConsumerSourceFlags",
     "FatalError",
     "ProducerFlags",
     "client_config",
@@ -98,15 +99,9 @@ def user_agent(program: str) -> str:
 
 
 @dataclass
-class ConsumerFlags:
-    """The flags of Go's consuming tools, with their defaults (override a field to change one)."""
+class ConsumerSourceFlags:
+    """Where a consuming tool finds its nsqd and how its consumers are configured."""
 
-    version: bool = option("version", False, BOOL, "print version string")
-    topic: list[str] = option("topic", [], STR_LIST, "nsq topic (may be given multiple times)")
-    channel: str = option("channel", "", STR, "nsq channel")
-    max_in_flight: int = option(
-        "max-in-flight", 200, INT, "max number of messages to allow in flight"
-    )
     nsqd_tcp_address: list[str] = option(
         "nsqd-tcp-address", [], STR_LIST, "nsqd TCP address (may be given multiple times)"
     )
@@ -129,6 +124,18 @@ class ConsumerFlags:
             )
         if self.nsqd_tcp_address and self.lookupd_http_address:
             raise FatalError("use --nsqd-tcp-address or --lookupd-http-address not both")
+
+
+@dataclass
+class ConsumerFlags(ConsumerSourceFlags):
+    """The flags of Go's consuming tools, with their defaults (override a field to change one)."""
+
+    version: bool = option("version", False, BOOL, "print version string")
+    topic: list[str] = option("topic", [], STR_LIST, "nsq topic (may be given multiple times)")
+    channel: str = option("channel", "", STR, "nsq channel")
+    max_in_flight: int = option(
+        "max-in-flight", 200, INT, "max number of messages to allow in flight"
+    )
 
 
 @dataclass

@@ -236,3 +236,20 @@ def unique() -> Callable[[str], str]:
         return f"{prefix}_{pid}_{time.monotonic_ns() % 10**9}_{next(counter)}"
 
     return name
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of each fenced block, in order."""
+    blocks: list[tuple[str, str]] = []
+    language: str | None = None
+    body: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("```"):
+            if language is None:
+                language, body = line[3:].strip(), []
+            else:
+                blocks.append((language, "".join(body)))
+                language = None
+        elif language is not None:
+            body.append(line)
+    return blocks

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -13,21 +12,18 @@ from pathlib import Path
 
 from nsqpy.testing import start_nsqd, start_nsqlookupd
 
-from .conftest import channel_stats, http, http_post, lookup_producers, tcp, wait_until
+from ..raw_v2 import free_port
+from .conftest import (
+    channel_stats,
+    fenced_blocks,
+    http,
+    http_post,
+    lookup_producers,
+    tcp,
+    wait_until,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "utilities.md"
-
-
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language, body) of each fenced block, in order."""
-    return re.findall(r"^```(\w*)\n(.*?)^```$", text, re.M | re.S)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_doc_examples(tmp_path: Path) -> None:

@@ -11,32 +11,15 @@ from pathlib import Path
 
 from nsqpy.testing import start_nsqd, start_nsqlookupd
 
-from .conftest import channel_stats, http, tcp, wait_until
+from .conftest import channel_stats, fenced_blocks, http, tcp, wait_until
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "utilities.md"
-
-
-def _fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language, body) of each fenced block, in order."""
-    blocks: list[tuple[str, str]] = []
-    language: str | None = None
-    body: list[str] = []
-    for line in text.splitlines(keepends=True):
-        if line.startswith("```"):
-            if language is None:
-                language, body = line[3:].strip(), []
-            else:
-                blocks.append((language, "".join(body)))
-                language = None
-        elif language is not None:
-            body.append(line)
-    return blocks
 
 
 def test_utilities_doc_examples(tmp_path: Path) -> None:
     text = DOC.read_text()
     # the first examples (to_nsq .. nsq_to_nsq); test_nsq_to_file_doc runs the ones after them
-    blocks = _fenced_blocks(text[: text.index("## nsq_to_file")])
+    blocks = fenced_blocks(text[: text.index("## nsq_to_file")])
     commands = [body for lang, body in blocks if lang == "sh"]
     outputs = [body for lang, body in blocks if lang == ""]
     startup, to_nsq, tail, stat, bridge, check = commands

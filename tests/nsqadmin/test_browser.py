@@ -611,7 +611,7 @@ def test_graphite_mode_shows_gos_graphs_and_rates(
     finally:
         watched.close()
         graphed.stop()
-        graphite.stop()
+        graphite.close()
 
 
 def test_e2e_latency_columns_and_durations(

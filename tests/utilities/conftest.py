@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,18 @@ def fatal_line(stderr: bytes) -> bytes:
     match = GO_LOG_LINE.match(last)
     assert match, f"not a Go log line: {last!r}"
     return match.group(1)
+
+
+def run_tool_fatal(
+    name: str, args: Sequence[str], message: bytes, input: bytes = b""
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a tool that must fail as Go's ``log.Fatal`` does: exit 1, ``message`` as the last
+    stderr line, no traceback. The result, for further checks."""
+    result = run_tool(name, *args, input=input)
+    assert result.returncode == 1, (args, result.stderr)
+    assert fatal_line(result.stderr) == message
+    assert b"Traceback" not in result.stderr
+    return result
 
 
 # ---------------------------------------------------------------------- daemons

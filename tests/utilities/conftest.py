@@ -265,3 +265,37 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
         elif language is not None:
             body.append(line)
     return blocks
+
+
+class DocShell:
+    """Runs docs/utilities.md's shell examples on this test's daemons: ``.venv/bin/`` and the
+    usual NSQ addresses in them are swapped for this environment's (``replacements``: more
+    ``old -> new`` swaps)."""
+
+    def __init__(
+        self,
+        nsqd: DaemonProcess,
+        lookupd: DaemonProcess,
+        replacements: dict[str, str] | None = None,
+    ) -> None:
+        self.swaps = {
+            ".venv/bin/": str(Path(sys.executable).parent) + "/",
+            "127.0.0.1:4150": tcp(nsqd),
+            "127.0.0.1:4151": http(nsqd),
+            "127.0.0.1:4160": tcp(lookupd),
+            "127.0.0.1:4161": http(lookupd),
+            **(replacements or {}),
+        }
+
+    def localize(self, command: str) -> str:
+        for old, new in self.swaps.items():
+            command = command.replace(old, new)
+        return command
+
+    def run(self, command: str) -> bytes:
+        """Run one example with ``bash -e``; it must succeed. Its stdout."""
+        result = subprocess.run(
+            ["bash", "-e", "-c", self.localize(command)], capture_output=True, timeout=60
+        )
+        assert result.returncode == 0, (command, result.stderr)
+        return result.stdout

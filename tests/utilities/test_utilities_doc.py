@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 from nsqpy.testing import start_nsqd, start_nsqlookupd
 
-from .conftest import channel_stats, fenced_blocks, http, tcp, wait_until
+from .conftest import DocShell, channel_stats, fenced_blocks, tcp, wait_until
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "utilities.md"
 
@@ -26,23 +25,8 @@ def test_utilities_doc_examples(tmp_path: Path) -> None:
     assert "nsqlookupd" in startup and "nsqd" in startup
     lookupd = start_nsqlookupd()
     nsqd = start_nsqd(tmp_path, f"--lookupd-tcp-address={tcp(lookupd)}")
-    bin_dir = str(Path(sys.executable).parent) + "/"
-
-    def localize(command: str) -> str:
-        return (
-            command.replace(".venv/bin/", bin_dir)
-            .replace("127.0.0.1:4150", tcp(nsqd))
-            .replace("127.0.0.1:4151", http(nsqd))
-            .replace("127.0.0.1:4160", tcp(lookupd))
-            .replace("127.0.0.1:4161", http(lookupd))
-        )
-
-    def run(command: str) -> bytes:
-        result = subprocess.run(
-            ["bash", "-e", "-c", localize(command)], capture_output=True, timeout=60
-        )
-        assert result.returncode == 0, (command, result.stderr)
-        return result.stdout
+    shell = DocShell(nsqd, lookupd)
+    localize, run = shell.localize, shell.run
 
     copier: subprocess.Popen[bytes] | None = None
     try:

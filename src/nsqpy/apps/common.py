@@ -50,7 +50,7 @@ from ..client import Consumer, Handler
 from ..client.connection import join_address
 from ..client.errors import NSQDConnectError
 from ..internal.daemon import StopSignals, run_event_loop
-from ..internal.flags import BOOL, INT, STR, STR_LIST, UsageError, option, run_command
+from ..internal.flags import BOOL, DURATION, INT, STR, STR_LIST, UsageError, option, run_command
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ._go_config import ClientConfig, ConfigError, go_quote
 
@@ -59,6 +59,7 @@ __all__ = [
     "ConsumerFlags",
     "ConsumerSourceFlags",
     "FatalError",
+    "HTTPClientFlags",
     "ProducerFlags",
     "client_config",
     "describe_error",
@@ -149,6 +150,25 @@ class ProducerFlags:
         "option to passthrough to nsq.Producer (may be given multiple times, "
         "http://godoc.org/github.com/nsqio/go-nsq#Config)",
     )
+
+
+@dataclass
+class HTTPClientFlags:
+    """The timeouts of a tool's own HTTP requests (override a field to change a default)."""
+
+    http_client_connect_timeout: float = option(
+        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
+    )
+    http_client_request_timeout: float = option(
+        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
+    )
+
+    def check_http_client_timeouts(self) -> None:
+        """Go's two checks (nsq_stat, nsq_to_file): both timeouts positive."""
+        if self.http_client_connect_timeout <= 0:
+            raise FatalError("--http-client-connect-timeout should be positive")
+        if self.http_client_request_timeout <= 0:
+            raise FatalError("--http-client-request-timeout should be positive")
 
 
 _CLIENT_OPT_FLAGS = ("consumer-opt", "producer-opt")

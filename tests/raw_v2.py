@@ -49,6 +49,14 @@ CLOSE_WAIT_FRAME = bytes.fromhex("0000000e 00000000") + b"CLOSE_WAIT"
 _counter = itertools.count()
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 def unique(prefix: str = "t") -> str:
     """A fresh valid topic/channel name, so tests can share one daemon."""
     return f"{prefix}_{next(_counter)}_{uuid.uuid4().hex[:8]}"

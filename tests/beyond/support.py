@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nsqpy.testing import DaemonProcess, start_nsqd
+from nsqpy.testing import DaemonProcess
 
+from ..nsqd import nsqd_storage_support as storage
 from ..raw_v2 import http_request
 
 Labels = tuple[tuple[str, str], ...]
 
 
-@pytest.fixture
-def daemons() -> Iterator[list[DaemonProcess]]:
-    """Every daemon a test starts goes in this list and is stopped afterwards."""
-    started: list[DaemonProcess] = []
-    yield started
-    for daemon in started:
-        daemon.stop()
-
-
 def launch(daemons: list[DaemonProcess], data_path: Path, *args: str) -> DaemonProcess:
-    nsqd = start_nsqd(data_path, "--queue-scan-interval=20ms", *args)
-    daemons.append(nsqd)
-    return nsqd
+    """nsqd with a short queue scan interval, stopped by the ``daemons`` fixture."""
+    return storage.launch(daemons, data_path, "--queue-scan-interval=20ms", *args)
 
 
 def scrape(daemon: DaemonProcess) -> dict[str, tuple[str, dict[Labels, float]]]:

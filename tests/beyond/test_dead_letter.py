@@ -19,9 +19,7 @@ from ..raw_v2 import (
     unique,
     wait_until,
 )
-from .support import daemons, launch, scrape, value
-
-__all__ = ["daemons"]
+from .support import launch, scrape, value
 
 
 def get_json(nsqd: DaemonProcess, path: str) -> dict[str, Any]:

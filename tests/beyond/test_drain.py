@@ -10,9 +10,7 @@ from pathlib import Path
 from nsqpy.testing import DaemonProcess, start_nsqlookupd
 
 from ..raw_v2 import NsqConn, channel_stats, http_request, q, unique, wait_until
-from .support import daemons, launch
-
-__all__ = ["daemons"]
+from .support import launch
 
 
 def lookup_producers(lookupd: DaemonProcess, topic: str) -> list[object]:

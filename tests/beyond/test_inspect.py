@@ -10,9 +10,7 @@ from typing import Any
 from nsqpy.testing import DaemonProcess
 
 from ..raw_v2 import NsqConn, channel_stats, decode_message, http_ok, http_request, q, unique
-from .support import daemons, launch
-
-__all__ = ["daemons"]
+from .support import launch
 
 
 def peek(nsqd: DaemonProcess, path: str, **params: str) -> list[dict[str, Any]]:

@@ -17,9 +17,7 @@ from ..raw_v2 import (
     unique,
     wait_until,
 )
-from .support import daemons, launch, scrape, value
-
-__all__ = ["daemons"]
+from .support import launch, scrape, value
 
 
 def test_metrics_match_stats_for_topics_channels_and_clients(

@@ -13,9 +13,7 @@ from nsqpy.nsqd.options import Options
 from nsqpy.testing import DaemonProcess
 
 from ..raw_v2 import http_request
-from .support import daemons, launch
-
-__all__ = ["daemons"]
+from .support import launch
 
 NEW_FLAGS = {
     "metrics": "metrics",

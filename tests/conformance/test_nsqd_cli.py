@@ -7,7 +7,6 @@ import os
 import platform
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 
 from nsqpy.testing import start_nsqd
 
-from ..raw_v2 import http_request, unique
+from ..raw_v2 import free_port, http_request, unique
 from .conftest import connect
 
 NSQD = [sys.executable, "-m", "nsqpy.nsqd"]
@@ -35,13 +34,6 @@ def run_nsqd(*args: str, timeout: float = 15.0) -> subprocess.CompletedProcess[s
         stdin=subprocess.DEVNULL,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def ping(port: int, timeout: float = 0.2) -> int | None:

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nsqpy.testing import DaemonProcess
 
 from ..raw_v2 import NsqConn, http_request, pub_cmd, stats
@@ -67,6 +69,20 @@ class LimitedNsqd(DaemonProcess):
 
     def popen_options(self) -> dict[str, Any]:
         return {"preexec_fn": self._limit_child}
+
+
+@contextlib.contextmanager
+def limited_nsqd(
+    monkeypatch: pytest.MonkeyPatch, data_path: Path, *extra: str
+) -> Iterator[DaemonProcess]:
+    """nsqd on ``data_path`` with 4096 descriptors and failure summaries every
+    :data:`REPEAT_INTERVAL`, stopped when the block ends."""
+    monkeypatch.setenv("NSQPY_LOG_REPEAT_INTERVAL", str(REPEAT_INTERVAL))
+    daemon = LimitedNsqd((4096, 4096), "nsqpy.nsqd", nsqd_args(data_path, *extra)).start(15.0)
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
 
 
 def nsqd_args(data_path: Path, *extra: str) -> list[str]:

@@ -32,14 +32,6 @@ def own_descriptors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-@pytest.fixture
-def daemons() -> Iterator[list[DaemonProcess]]:
-    started: list[DaemonProcess] = []
-    yield started
-    for daemon in started:
-        daemon.stop()
-
-
 def start_nsqd(
     daemons: list[DaemonProcess], data: Path, soft: int, hard: int, module: str = "nsqpy.nsqd"
 ) -> DaemonProcess:

@@ -18,13 +18,12 @@ from ..nsqd.nsqd_storage_support import consume_from
 from ..raw_v2 import NsqConn, channel_stats, http_ok, pub_cmd, wait_until
 from .support import (
     REPEAT_INTERVAL,
-    LimitedNsqd,
     fill_disk,
     health,
+    limited_nsqd,
     log_lines_since,
     log_mark,
     mounted_tmpfs,
-    nsqd_args,
     ping,
     publish_all,
     publish_until_refused,
@@ -43,18 +42,12 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def nsqd(disk: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[DaemonProcess]:
-    monkeypatch.setenv("NSQPY_LOG_REPEAT_INTERVAL", str(REPEAT_INTERVAL))
     data = disk / "data"
     data.mkdir()
-    daemon = LimitedNsqd(
-        (4096, 4096),
-        "nsqpy.nsqd",
-        nsqd_args(data, "--mem-queue-size=0", "--max-bytes-per-file=65536"),
-    ).start(15.0)
-    try:
+    with limited_nsqd(
+        monkeypatch, data, "--mem-queue-size=0", "--max-bytes-per-file=65536"
+    ) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 def knock_while_full(nsqd: DaemonProcess, topic: str, seconds: float) -> int:

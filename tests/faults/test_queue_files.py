@@ -16,12 +16,10 @@ from nsqpy.testing import DaemonProcess
 from ..nsqd.nsqd_storage_support import consume_from, data_file, parse_records
 from ..raw_v2 import channel_stats, http_ok, wait_until
 from .support import (
-    REPEAT_INTERVAL,
-    LimitedNsqd,
+    limited_nsqd,
     log_lines_since,
     log_mark,
     mounted_tmpfs,
-    nsqd_args,
     ping,
     publish_all,
 )
@@ -37,16 +35,10 @@ def data(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def nsqd(data: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[DaemonProcess]:
-    monkeypatch.setenv("NSQPY_LOG_REPEAT_INTERVAL", str(REPEAT_INTERVAL))
-    daemon = LimitedNsqd(
-        (4096, 4096),
-        "nsqpy.nsqd",
-        nsqd_args(data, "--mem-queue-size=0", "--max-bytes-per-file=8192"),
-    ).start(15.0)
-    try:
+    with limited_nsqd(
+        monkeypatch, data, "--mem-queue-size=0", "--max-bytes-per-file=8192"
+    ) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 def bodies_in(path: Path) -> list[bytes]:

@@ -11,18 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from nsqpy.testing import DaemonProcess
-
 from ..nsqd.nsqd_storage_support import consume_from
 from ..raw_v2 import NsqConn, http_ok, pub_cmd
 from .support import (
-    REPEAT_INTERVAL,
-    LimitedNsqd,
     health,
+    limited_nsqd,
     log_lines_since,
     log_mark,
     mounted_tmpfs,
-    nsqd_args,
     ping,
     publish_all,
 )
@@ -32,6 +28,7 @@ from .support import (
 def disk(tmp_path: Path) -> Iterator[Path]:
     with mounted_tmpfs(tmp_path / "disk", "4m") as mount_point:
         yield mount_point
+        remount(mount_point, "rw")  # after nsqd stopped: a failed test may leave it read-only
 
 
 def remount(mount_point: Path, mode: str) -> None:
@@ -41,11 +38,7 @@ def remount(mount_point: Path, mode: str) -> None:
 def test_a_data_path_turned_read_only_refuses_writes_until_it_is_writable_again(
     disk: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("NSQPY_LOG_REPEAT_INTERVAL", str(REPEAT_INTERVAL))
-    nsqd: DaemonProcess = LimitedNsqd(
-        (4096, 4096), "nsqpy.nsqd", nsqd_args(disk, "--mem-queue-size=0")
-    ).start(15.0)
-    try:
+    with limited_nsqd(monkeypatch, disk, "--mem-queue-size=0") as nsqd:
         http_ok(nsqd, "POST", "/topic/create?topic=t")
         http_ok(nsqd, "POST", "/channel/create?topic=t&channel=c")
         # nothing written to a queue yet, so no file is open for writing and the remount works
@@ -68,6 +61,3 @@ def test_a_data_path_turned_read_only_refuses_writes_until_it_is_writable_again(
         assert ping(nsqd) == (200, "OK")
         received = consume_from(nsqd, "t", "c", len(published))
         assert Counter(m.body for m in received) == Counter(published)
-    finally:
-        nsqd.stop()
-        remount(disk, "rw")

@@ -18,15 +18,13 @@ import os
 import re
 import struct
 import tempfile
-import threading
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 from playwright.sync_api import Browser, ConsoleMessage, Error, Page, sync_playwright
+
+from . import conftest
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -177,42 +175,12 @@ def line_png(width: int = 120, height: int = 20) -> bytes:
     )
 
 
-class FakeGraphite:
-    """A stand-in Graphite: ``/render`` answers PNGs, or JSON datapoints for ``format=json``.
+class FakeGraphite(conftest.FakeGraphite):
+    """A stand-in Graphite for the pages' images: ``/render`` answers PNGs, or JSON
+    datapoints for ``format=json``."""
 
-    It records each request's targets, so a test can check the URLs nsqadmin's pages build.
-    """
-
-    def __init__(self, value: float = 120.0) -> None:
-        self.requests: list[dict[str, list[str]]] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                query = parse_qs(urlparse(self.path).query)
-                owner.requests.append(query)
-                if query.get("format") == ["json"]:
-                    body: bytes = b'[{"target": "x", "datapoints": [[%f, 1700000000]]}]' % value
-                    kind = "application/json"
-                else:
-                    body, kind = line_png(), "image/png"
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def render(self, query: dict[str, list[str]]) -> tuple[bytes, str]:
+        if query.get("format") == ["json"]:
+            body = b'[{"target": "x", "datapoints": [[%f, 1700000000]]}]' % self.value
+            return body, "application/json"
+        return line_png(), "image/png"

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -200,3 +203,67 @@ def start_admin(cluster: Cluster) -> Iterator[StartAdmin]:
     yield start
     for admin in started:
         admin.stop()
+
+
+# --------------------------------------------------------------------------- stand-in servers
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that writes no access log into the test output."""
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def serve_http(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A threaded HTTP server on a free loopback port, serving from a daemon thread; stop it
+    with :func:`stop_http`."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop_http(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
+
+
+class FakeGraphite:
+    """A stand-in Graphite: ``/render`` answers what :meth:`render` makes of the query (JSON
+    datapoints of ``value``); each request's (path, query, Authorization) is recorded."""
+
+    def __init__(self, value: float = 120.0) -> None:
+        self.value = value
+        self.requests: list[tuple[str, dict[str, list[str]], str]] = []
+        graphite = self
+
+        class Handler(QuietHandler):
+            def do_GET(self) -> None:
+                parts = urlsplit(self.path)
+                query = parse_qs(parts.query)
+                auth = self.headers.get("Authorization", "")
+                graphite.requests.append((parts.path, query, auth))
+                body, kind = graphite.render(query)
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = serve_http(Handler)
+
+    def render(self, query: dict[str, list[str]]) -> tuple[bytes, str]:
+        """The body and Content-Type answering one ``/render`` query."""
+        body = json.dumps([{"target": "x", "datapoints": [[self.value, 1]]}])
+        return body.encode(), "application/json"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def close(self) -> None:
+        stop_http(self.server)

@@ -6,15 +6,13 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from .conftest import Cluster, StartAdmin, api, http, wait_for
+from .conftest import Cluster, QuietHandler, StartAdmin, api, http, serve_http, stop_http, wait_for
 
 OK = (200, {"message": ""})
 
@@ -213,7 +211,7 @@ class Receiver:
         self.content_types: list[str] = []
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 receiver.content_types.append(self.headers.get("Content-Type", ""))
@@ -221,12 +219,7 @@ class Receiver:
                 self.send_response(200)
                 self.end_headers()
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.server = serve_http(Handler)
 
     @property
     def url(self) -> str:
@@ -237,8 +230,7 @@ class Receiver:
         return self.bodies[:count]
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_http(self.server)
 
 
 @pytest.fixture

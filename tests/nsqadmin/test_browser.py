@@ -438,6 +438,23 @@ def test_topic_actions_through_buttons(
     wait_for(lambda: cluster.topic_stats(0, topic) is None, what="the topic deleted on nsqd #0")
 
 
+def test_node_page_tombstones_a_topic_through_its_button(
+    watched: Watched, cluster: Cluster, admin: DaemonProcess, world: World
+) -> None:
+    topic = cluster.new_topic("ntomb")
+    for node in (0, 1):
+        assert cluster.nsqd_post(node, f"/topic/create?topic={topic}") == 200
+    cluster.pub(topic, b"t", node=1, count=2)
+    cluster.wait_registered(topic, 2)
+    wait_polled(admin, topic)
+    address = cluster.nsqd_address(1)
+    page = watched.open(f"/nodes/{address}")
+    page.locator(f"tr[data-topic='{topic}'] button[data-action=tombstone]").click()
+    watched.confirm(topic, address, "2 messages")
+    wait_for(lambda: cluster.topic_stats(1, topic) is None, what="the topic deleted on nsqd #1")
+    assert cluster.topic_stats(0, topic) is not None  # only on that node
+
+
 def test_lookup_page_creates_and_deletes_with_confirmation(
     watched: Watched, cluster: Cluster, world: World
 ) -> None:
@@ -611,7 +628,7 @@ def test_graphite_mode_shows_gos_graphs_and_rates(
     finally:
         watched.close()
         graphed.stop()
-        graphite.stop()
+        graphite.close()
 
 
 def test_e2e_latency_columns_and_durations(

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from .conftest import Cluster, StartAdmin, api, http
+from .conftest import Cluster, FakeGraphite, StartAdmin, api, http
 
 TEMPLATE = "<html><script>window.NSQADMIN = __NSQADMIN_CONFIG__;</script></html>\n"
 PAGES = ["/", "/topics", "/topics/t", "/topics/t/c", "/nodes", "/nodes/h:1", "/counter", "/lookup"]
@@ -127,40 +124,6 @@ def test_packaged_template_and_assets_are_served(start_admin: StartAdmin) -> Non
 
 
 # --------------------------------------------------------------------------- graphite
-
-
-class FakeGraphite:
-    """Answers ``/render`` with one datapoint; records each request's query and auth."""
-
-    def __init__(self, value: float) -> None:
-        self.value = value
-        self.requests: list[tuple[str, dict[str, list[str]], str]] = []
-        graphite = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                parts = urlsplit(self.path)
-                auth = self.headers.get("Authorization", "")
-                graphite.requests.append((parts.path, parse_qs(parts.query), auth))
-                body = json.dumps([{"target": "x", "datapoints": [[graphite.value, 1]]}])
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

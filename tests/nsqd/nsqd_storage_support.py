@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nsqpy.testing import DaemonProcess
+from nsqpy.testing import DaemonProcess, start_nsqd
 
 from ..raw_v2 import Message, NsqConn, decode_message
 
@@ -227,6 +227,14 @@ def publish_many(nsqd: DaemonProcess, topic: str, bodies: Iterable[bytes]) -> No
 
 
 # ------------------------------------------------------------------------------ processes
+
+
+def launch(daemons: list[DaemonProcess], data_path: Path, *args: str) -> DaemonProcess:
+    """Start nsqd on ``data_path`` and hand it to the ``daemons`` fixture (tests/conftest.py)
+    to stop."""
+    nsqd = start_nsqd(data_path, *args)
+    daemons.append(nsqd)
+    return nsqd
 
 
 def log_since(nsqd: DaemonProcess, first_line: int) -> str:

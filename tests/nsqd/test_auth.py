@@ -21,6 +21,7 @@ from ..raw_v2 import (
     NsqConn,
     auth_cmd,
     command,
+    free_port,
     http_request,
     mpub_cmd,
     pub_cmd,
@@ -37,14 +38,6 @@ GO_QUERY = "/auth?common_name=&remote_ip=127.0.0.1&secret=testsecret&tls=false"
 
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from nsqpy.testing import DaemonProcess, start_nsqd
+from nsqpy.testing import DaemonProcess
 
 from ..raw_v2 import Message, NsqConn, channel_stats, http_ok, stats, topic_stats, wait_until
 from .nsqd_storage_support import (
@@ -23,6 +23,7 @@ from .nsqd_storage_support import (
     data_file,
     encode_message,
     frame_record,
+    launch,
     log_lines_now,
     log_since,
     make_id,
@@ -38,20 +39,6 @@ from .nsqd_storage_support import (
 )
 
 TIMESTAMP = 1_700_000_000_000_000_000
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[DaemonProcess]]:
-    started: list[DaemonProcess] = []
-    yield started
-    for daemon in started:
-        daemon.stop()
-
-
-def launch(daemons: list[DaemonProcess], data_path: Path, *args: str) -> DaemonProcess:
-    nsqd = start_nsqd(data_path, *args)
-    daemons.append(nsqd)
-    return nsqd
 
 
 def payload(number: int) -> bytes:

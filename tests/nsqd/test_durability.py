@@ -11,12 +11,12 @@ import resource
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nsqpy.testing import DaemonProcess, start_nsqd
+from nsqpy.testing import DaemonProcess
 
 from ..raw_v2 import (
     Message,
@@ -36,6 +36,7 @@ from .nsqd_storage_support import (
     consume_from,
     data_file,
     gather,
+    launch,
     meta_file,
     parse_records,
     read_meta,
@@ -43,21 +44,6 @@ from .nsqd_storage_support import (
     start_again,
     subscriber,
 )
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[DaemonProcess]]:
-    """Every nsqd a test starts goes in this list and is stopped (or killed) afterwards."""
-    started: list[DaemonProcess] = []
-    yield started
-    for daemon in started:
-        daemon.stop()
-
-
-def launch(daemons: list[DaemonProcess], data_path: Path, *args: str) -> DaemonProcess:
-    nsqd = start_nsqd(data_path, *args)
-    daemons.append(nsqd)
-    return nsqd
 
 
 def bodies(count: int, seed: int, prefix: bytes = b"") -> list[bytes]:

@@ -11,12 +11,9 @@ import json
 import re
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from nsqpy.testing import DaemonProcess, start_nsqd
+from nsqpy.testing import DaemonProcess
 
 from ..raw_v2 import (
     Message,
@@ -33,6 +30,7 @@ from .nsqd_storage_support import (
     data_file,
     encode_message,
     frame_record,
+    launch,
     make_id,
     meta_file,
     nsqd_dat,
@@ -46,20 +44,6 @@ from .nsqd_storage_support import (
 
 MAX_BYTES = 1024
 GO_ID = re.compile(rb"[0-9a-f]{16}")
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[DaemonProcess]]:
-    started: list[DaemonProcess] = []
-    yield started
-    for daemon in started:
-        daemon.stop()
-
-
-def launch(daemons: list[DaemonProcess], data_path: Path, *args: str) -> DaemonProcess:
-    nsqd = start_nsqd(data_path, *args)
-    daemons.append(nsqd)
-    return nsqd
 
 
 # ------------------------------------------------------------------------------ reading Go's

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,18 @@ def fatal_line(stderr: bytes) -> bytes:
     return match.group(1)
 
 
+def run_tool_fatal(
+    name: str, args: Sequence[str], message: bytes, input: bytes = b""
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a tool that must fail as Go's ``log.Fatal`` does: exit 1, ``message`` as the last
+    stderr line, no traceback. The result, for further checks."""
+    result = run_tool(name, *args, input=input)
+    assert result.returncode == 1, (args, result.stderr)
+    assert fatal_line(result.stderr) == message
+    assert b"Traceback" not in result.stderr
+    return result
+
+
 # ---------------------------------------------------------------------- daemons
 
 
@@ -236,3 +248,54 @@ def unique() -> Callable[[str], str]:
         return f"{prefix}_{pid}_{time.monotonic_ns() % 10**9}_{next(counter)}"
 
     return name
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of each fenced block, in order."""
+    blocks: list[tuple[str, str]] = []
+    language: str | None = None
+    body: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("```"):
+            if language is None:
+                language, body = line[3:].strip(), []
+            else:
+                blocks.append((language, "".join(body)))
+                language = None
+        elif language is not None:
+            body.append(line)
+    return blocks
+
+
+class DocShell:
+    """Runs docs/utilities.md's shell examples on this test's daemons: ``.venv/bin/`` and the
+    usual NSQ addresses in them are swapped for this environment's (``replacements``: more
+    ``old -> new`` swaps)."""
+
+    def __init__(
+        self,
+        nsqd: DaemonProcess,
+        lookupd: DaemonProcess,
+        replacements: dict[str, str] | None = None,
+    ) -> None:
+        self.swaps = {
+            ".venv/bin/": str(Path(sys.executable).parent) + "/",
+            "127.0.0.1:4150": tcp(nsqd),
+            "127.0.0.1:4151": http(nsqd),
+            "127.0.0.1:4160": tcp(lookupd),
+            "127.0.0.1:4161": http(lookupd),
+            **(replacements or {}),
+        }
+
+    def localize(self, command: str) -> str:
+        for old, new in self.swaps.items():
+            command = command.replace(old, new)
+        return command
+
+    def run(self, command: str) -> bytes:
+        """Run one example with ``bash -e``; it must succeed. Its stdout."""
+        result = subprocess.run(
+            ["bash", "-e", "-c", self.localize(command)], capture_output=True, timeout=60
+        )
+        assert result.returncode == 0, (command, result.stderr)
+        return result.stdout

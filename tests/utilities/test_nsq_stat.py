@@ -16,6 +16,7 @@ from .conftest import (
     lookup_producers,
     publish,
     run_tool,
+    run_tool_fatal,
     wait_until,
 )
 
@@ -167,10 +168,7 @@ def test_errors_as_go(nsqd: DaemonProcess, unique: Callable[[str], str]) -> None
         ),
     ]
     for args, message in cases:
-        result = run_tool("nsq_stat", *args)
-        assert result.returncode == 1, (args, result.stderr)
-        assert fatal_line(result.stderr) == message
-        assert result.stdout == b""
+        assert run_tool_fatal("nsq_stat", args, message).stdout == b""
 
 
 def test_unknown_topic_through_lookupd(

@@ -15,12 +15,12 @@ from nsqpy.testing import DaemonProcess
 
 from .conftest import (
     ToolProcess,
-    fatal_line,
     http,
     http_post,
     lookup_producers,
     publish,
     run_tool,
+    run_tool_fatal,
     tcp,
     wait_until,
 )
@@ -175,11 +175,7 @@ def test_validation_errors_as_go(nsqd: DaemonProcess) -> None:
         ),
     ]
     for args, message in cases:
-        result = run_tool("nsq_tail", *args)
-        assert result.returncode == 1, (args, result.stderr)
-        assert fatal_line(result.stderr) == message
-        assert b"Traceback" not in result.stderr
-        assert result.stdout == b""
+        assert run_tool_fatal("nsq_tail", args, message).stdout == b""
 
 
 def test_flag_errors_print_usage_and_exit_2() -> None:

@@ -27,6 +27,7 @@ from .conftest import (
     http_post,
     publish,
     run_tool,
+    run_tool_fatal,
     tcp,
     wait_until,
 )
@@ -434,10 +435,7 @@ def test_topic_pattern_discovery_through_lookupd(
     ],
 )
 def test_flag_errors(args: list[str], message: str) -> None:
-    result = run_tool("nsq_to_file", *args)
-    assert result.returncode == 1, result.stderr
-    assert fatal_line(result.stderr) == message.encode()
-    assert b"Traceback" not in result.stderr
+    run_tool_fatal("nsq_to_file", args, message.encode())
 
 
 def test_unwritable_output_dir_and_unreachable_nsqd(tmp_path: Path) -> None:

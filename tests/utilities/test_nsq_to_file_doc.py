@@ -5,29 +5,24 @@ from __future__ import annotations
 
 import re
 import shlex
-import socket
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 from nsqpy.testing import start_nsqd, start_nsqlookupd
 
-from .conftest import channel_stats, http, http_post, lookup_producers, tcp, wait_until
+from ..raw_v2 import free_port
+from .conftest import (
+    DocShell,
+    channel_stats,
+    fenced_blocks,
+    http_post,
+    lookup_producers,
+    tcp,
+    wait_until,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "utilities.md"
-
-
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language, body) of each fenced block, in order."""
-    return re.findall(r"^```(\w*)\n(.*?)^```$", text, re.M | re.S)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_doc_examples(tmp_path: Path) -> None:
@@ -43,25 +38,12 @@ def test_doc_examples(tmp_path: Path) -> None:
     http_post(nsqd, "/topic/create", topic="events")
     wait_until(lambda: lookup_producers(lookupd, "events") == 1, 30, "events registered")
     bridge_address = f"127.0.0.1:{free_port()}"
-    bin_dir = str(Path(sys.executable).parent) + "/"
-
-    def localize(command: str) -> str:
-        return (
-            command.replace(".venv/bin/", bin_dir)
-            .replace("127.0.0.1:4150", tcp(nsqd))
-            .replace("127.0.0.1:4151", http(nsqd))
-            .replace("127.0.0.1:4160", tcp(lookupd))
-            .replace("127.0.0.1:4161", http(lookupd))
-            .replace("127.0.0.1:8080", bridge_address)
-            .replace("/tmp/archive", str(tmp_path / "archive"))
-        )
-
-    def run(command: str) -> bytes:
-        result = subprocess.run(
-            ["bash", "-e", "-c", localize(command)], capture_output=True, timeout=60
-        )
-        assert result.returncode == 0, (command, result.stderr)
-        return result.stdout
+    shell = DocShell(
+        nsqd,
+        lookupd,
+        {"127.0.0.1:8080": bridge_address, "/tmp/archive": str(tmp_path / "archive")},
+    )
+    localize, run = shell.localize, shell.run
 
     def background(command: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(

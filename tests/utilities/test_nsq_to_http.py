@@ -21,9 +21,9 @@ from .conftest import (
     GO_LOG_LINE,
     ToolProcess,
     channel_stats,
-    fatal_line,
     http_post,
     run_tool,
+    run_tool_fatal,
     tcp,
     wait_until,
 )
@@ -376,10 +376,7 @@ def test_status_every_logs_timer_metrics(
     ],
 )
 def test_flag_errors(args: list[str], message: str) -> None:
-    result = run_tool("nsq_to_http", *args)
-    assert result.returncode == 1, result.stderr
-    assert fatal_line(result.stderr) == message.encode()
-    assert b"Traceback" not in result.stderr
+    run_tool_fatal("nsq_to_http", args, message.encode())
 
 
 def test_usage_errors_and_version() -> None:

@@ -16,11 +16,11 @@ from nsqpy.testing import DaemonProcess
 from .conftest import (
     ToolProcess,
     channel_stats,
-    fatal_line,
     http,
     lookup_producers,
     publish,
     run_tool,
+    run_tool_fatal,
     tcp,
     topic_message_count,
     wait_until,
@@ -265,10 +265,7 @@ def test_validation_errors_as_go(nsqd: DaemonProcess) -> None:
         ),
     ]
     for args, message in cases:
-        result = run_tool("nsq_to_nsq", *args)
-        assert result.returncode == 1, (args, result.stderr)
-        assert fatal_line(result.stderr) == message
-        assert b"Traceback" not in result.stderr
+        run_tool_fatal("nsq_to_nsq", args, message)
 
 
 def test_version_and_bad_options() -> None:

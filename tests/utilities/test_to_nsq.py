@@ -10,7 +10,15 @@ from collections.abc import Callable
 from nsqpy.client import sync
 from nsqpy.testing import DaemonProcess
 
-from .conftest import fatal_line, run_tool, tcp, tool_command, topic_message_count, wait_until
+from .conftest import (
+    fatal_line,
+    run_tool,
+    run_tool_fatal,
+    tcp,
+    tool_command,
+    topic_message_count,
+    wait_until,
+)
 
 
 def _bodies(nsqd: DaemonProcess, topic: str, count: int) -> list[bytes]:
@@ -91,10 +99,7 @@ def test_validation_errors_as_go(nsqd: DaemonProcess) -> None:
         (["--topic=t"], b"--nsqd-tcp-address required"),
     ]
     for args, message in cases:
-        result = run_tool("to_nsq", *args, input=b"x\n")
-        assert result.returncode == 1, (args, result.stderr)
-        assert fatal_line(result.stderr) == message
-        assert b"Traceback" not in result.stderr
+        run_tool_fatal("to_nsq", args, message, input=b"x\n")
 
 
 def test_unreachable_nsqd_fails_at_the_first_publish() -> None:

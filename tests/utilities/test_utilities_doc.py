@@ -5,61 +5,28 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 from nsqpy.testing import start_nsqd, start_nsqlookupd
 
-from .conftest import channel_stats, http, tcp, wait_until
+from .conftest import DocShell, channel_stats, fenced_blocks, tcp, wait_until
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "utilities.md"
-
-
-def _fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language, body) of each fenced block, in order."""
-    blocks: list[tuple[str, str]] = []
-    language: str | None = None
-    body: list[str] = []
-    for line in text.splitlines(keepends=True):
-        if line.startswith("```"):
-            if language is None:
-                language, body = line[3:].strip(), []
-            else:
-                blocks.append((language, "".join(body)))
-                language = None
-        elif language is not None:
-            body.append(line)
-    return blocks
 
 
 def test_utilities_doc_examples(tmp_path: Path) -> None:
     text = DOC.read_text()
     # the first examples (to_nsq .. nsq_to_nsq); test_nsq_to_file_doc runs the ones after them
-    blocks = _fenced_blocks(text[: text.index("## nsq_to_file")])
+    blocks = fenced_blocks(text[: text.index("## nsq_to_file")])
     commands = [body for lang, body in blocks if lang == "sh"]
     outputs = [body for lang, body in blocks if lang == ""]
     startup, to_nsq, tail, stat, bridge, check = commands
     assert "nsqlookupd" in startup and "nsqd" in startup
     lookupd = start_nsqlookupd()
     nsqd = start_nsqd(tmp_path, f"--lookupd-tcp-address={tcp(lookupd)}")
-    bin_dir = str(Path(sys.executable).parent) + "/"
-
-    def localize(command: str) -> str:
-        return (
-            command.replace(".venv/bin/", bin_dir)
-            .replace("127.0.0.1:4150", tcp(nsqd))
-            .replace("127.0.0.1:4151", http(nsqd))
-            .replace("127.0.0.1:4160", tcp(lookupd))
-            .replace("127.0.0.1:4161", http(lookupd))
-        )
-
-    def run(command: str) -> bytes:
-        result = subprocess.run(
-            ["bash", "-e", "-c", localize(command)], capture_output=True, timeout=60
-        )
-        assert result.returncode == 0, (command, result.stderr)
-        return result.stdout
+    shell = DocShell(nsqd, lookupd)
+    localize, run = shell.localize, shell.run
 
     copier: subprocess.Popen[bytes] | None = None
     try:

@@ -37,7 +37,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -50,14 +49,17 @@ from .. import NSQ_VERSION, __version__, version_line
 from ..client import Consumer, Handler
 from ..client.connection import join_address
 from ..client.errors import NSQDConnectError
-from ..internal.flags import BOOL, INT, STR, STR_LIST, UsageError, option, run_command
+from ..internal.daemon import StopSignals, run_event_loop
+from ..internal.flags import BOOL, DURATION, INT, STR, STR_LIST, UsageError, option, run_command
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ._go_config import ClientConfig, ConfigError, go_quote
 
 __all__ = [
     "ClientConfig",
     "ConsumerFlags",
+    "ConsumerSourceFlags",
     "FatalError",
+    "HTTPClientFlags",
     "ProducerFlags",
     "client_config",
     "describe_error",
@@ -98,15 +100,9 @@ def user_agent(program: str) -> str:
 
 
 @dataclass
-class ConsumerFlags:
-    """The flags of Go's consuming tools, with their defaults (override a field to change one)."""
+class ConsumerSourceFlags:
+    """Where a consuming tool finds its nsqd and how its consumers are configured."""
 
-    version: bool = option("version", False, BOOL, "print version string")
-    topic: list[str] = option("topic", [], STR_LIST, "nsq topic (may be given multiple times)")
-    channel: str = option("channel", "", STR, "nsq channel")
-    max_in_flight: int = option(
-        "max-in-flight", 200, INT, "max number of messages to allow in flight"
-    )
     nsqd_tcp_address: list[str] = option(
         "nsqd-tcp-address", [], STR_LIST, "nsqd TCP address (may be given multiple times)"
     )
@@ -132,6 +128,18 @@ class ConsumerFlags:
 
 
 @dataclass
+class ConsumerFlags(ConsumerSourceFlags):
+    """The flags of Go's consuming tools, with their defaults (override a field to change one)."""
+
+    version: bool = option("version", False, BOOL, "print version string")
+    topic: list[str] = option("topic", [], STR_LIST, "nsq topic (may be given multiple times)")
+    channel: str = option("channel", "", STR, "nsq channel")
+    max_in_flight: int = option(
+        "max-in-flight", 200, INT, "max number of messages to allow in flight"
+    )
+
+
+@dataclass
 class ProducerFlags:
     """``--producer-opt`` (destination addresses differ per tool: each declares its own)."""
 
@@ -142,6 +150,25 @@ class ProducerFlags:
         "option to passthrough to nsq.Producer (may be given multiple times, "
         "http://godoc.org/github.com/nsqio/go-nsq#Config)",
     )
+
+
+@dataclass
+class HTTPClientFlags:
+    """The timeouts of a tool's own HTTP requests (override a field to change a default)."""
+
+    http_client_connect_timeout: float = option(
+        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
+    )
+    http_client_request_timeout: float = option(
+        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
+    )
+
+    def check_http_client_timeouts(self) -> None:
+        """Go's two checks (nsq_stat, nsq_to_file): both timeouts positive."""
+        if self.http_client_connect_timeout <= 0:
+            raise FatalError("--http-client-connect-timeout should be positive")
+        if self.http_client_request_timeout <= 0:
+            raise FatalError("--http-client-request-timeout should be positive")
 
 
 _CLIENT_OPT_FLAGS = ("consumer-opt", "producer-opt")
@@ -253,11 +280,7 @@ def _go_errno_text(number: int) -> str:
 
 def stop_event() -> asyncio.Event:
     """An event set by SIGINT or SIGTERM (call from inside the running loop)."""
-    event = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, event.set)
-    return event
+    return StopSignals().stopping
 
 
 async def first_of(*awaitables: Awaitable[Any]) -> None:
@@ -295,14 +318,6 @@ def setup_logging(level: int = logging.INFO) -> None:
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
-
-
-def _run_event_loop(main: Coroutine[Any, Any, int]) -> int:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
 
 
 def _checked_options(options_cls: type[T], check_client_opts: bool) -> type[T]:
@@ -344,7 +359,7 @@ def run_app(
     def start(opts: T) -> int:
         setup_logging()
         try:
-            return _run_event_loop(run(opts))
+            return run_event_loop(run(opts))
         except FatalError as exc:
             go_log(str(exc))
             return 1

@@ -29,7 +29,7 @@ from ..client import Consumer, Message, NoConnectionsError, NSQError, Producer
 from ..client.lookup import producer_addresses
 from ..internal import lg
 from ..internal.durations import format_duration
-from ..internal.flags import BOOL, DURATION, INT, LOG_LEVEL, STR, STR_LIST, option
+from ..internal.flags import BOOL, DURATION, INT, LOG_LEVEL, STR, option
 from ..internal.net import ListenError, format_address, listen_socket
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from . import common
@@ -41,7 +41,7 @@ SHUTDOWN_GRACE = 2.0
 
 
 @dataclass
-class Options(common.ProducerFlags):
+class Options(common.ConsumerSourceFlags, common.ProducerFlags):
     version: bool = option("version", False, BOOL, "print version string")
     log_level: int = option(
         "log-level", lg.INFO, LOG_LEVEL, "set log verbosity: debug, info, warn, error, or fatal"
@@ -70,29 +70,13 @@ class Options(common.ProducerFlags):
         "Access-Control-Allow-Origin for every response (e.g. '*'), so that pages of other "
         "origins can subscribe with EventSource (default: none, same origin only)",
     )
-    nsqd_tcp_address: list[str] = option(
-        "nsqd-tcp-address", [], STR_LIST, "nsqd TCP address (may be given multiple times)"
-    )
-    lookupd_http_address: list[str] = option(
-        "lookupd-http-address", [], STR_LIST, "lookupd HTTP address (may be given multiple times)"
-    )
-    consumer_opt: list[str] = option(
-        "consumer-opt",
-        [],
-        STR_LIST,
-        "option to passthrough to nsq.Consumer (may be given multiple times, "
-        "http://godoc.org/github.com/nsqio/go-nsq#Config)",
-    )
 
 
 def validate(opts: Options) -> None:
     """The old Go tool's checks and texts (``log.Fatal``: one line, exit 1)."""
     if opts.max_in_flight <= 0:
         raise common.FatalError("--max-in-flight must be > 0")
-    if not opts.nsqd_tcp_address and not opts.lookupd_http_address:
-        raise common.FatalError("--nsqd-tcp-address or --lookupd-http-address required.")
-    if opts.nsqd_tcp_address and opts.lookupd_http_address:
-        raise common.FatalError("use --nsqd-tcp-address or --lookupd-http-address not both")
+    opts.check_sources(required_suffix=".")
     if opts.heartbeat_interval <= 0:
         raise common.FatalError("--heartbeat-interval must be > 0")
 

@@ -27,7 +27,7 @@ import aiohttp
 
 from ..internal.flags import BOOL, DURATION, STR, STR_LIST, UsageError, option
 from ._go_config import go_quote
-from .common import FatalError, describe_http_error, run_app
+from .common import FatalError, HTTPClientFlags, describe_http_error, run_app
 
 PROGRAM = "nsq_stat"
 HEADER_EVERY = 25
@@ -47,18 +47,12 @@ _COUNTERS = (
 
 
 @dataclass
-class Options:
+class Options(HTTPClientFlags):
     version: bool = option("version", False, BOOL, "print version")
     topic: str = option("topic", "", STR, "NSQ topic")
     channel: str = option("channel", "", STR, "NSQ channel")
     interval: float = option(
         "interval", 2.0, DURATION, "duration of time between polling/printing output"
-    )
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
-    )
-    http_client_request_timeout: float = option(
-        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
     )
     count: str = option("count", "", STR, "number of reports")
     nsqd_http_address: list[str] = option(
@@ -262,10 +256,7 @@ def _check(opts: Options) -> None:
         raise FatalError("--topic and --channel are required")
     if opts.interval <= 0:
         raise FatalError("--interval should be positive")
-    if opts.http_client_connect_timeout <= 0:
-        raise FatalError("--http-client-connect-timeout should be positive")
-    if opts.http_client_request_timeout <= 0:
-        raise FatalError("--http-client-request-timeout should be positive")
+    opts.check_http_client_timeouts()
     if opts.reports is not None and opts.reports <= 0:
         raise FatalError("--count should be positive")
     if not opts.nsqd_http_address and not opts.lookupd_http_address:

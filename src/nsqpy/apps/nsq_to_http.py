@@ -40,7 +40,7 @@ log = logging.getLogger("nsqpy.apps.nsq_to_http")  # go-nsq's shape on stderr (c
 
 
 @dataclass
-class Options(common.ConsumerFlags):
+class Options(common.ConsumerFlags, common.HTTPClientFlags):
     topic: str = option("topic", "", STR, "nsq topic")  # type: ignore[assignment]
     channel: str = option("channel", "nsq_to_http", STR, "nsq channel")
     n: int = option("n", 100, INT, "number of concurrent publishers")
@@ -51,9 +51,6 @@ class Options(common.ConsumerFlags):
         "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy",
     )
     sample: float = option("sample", 1.0, FLOAT, "% of messages to publish (float b/w 0 -> 1)")
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
-    )
     http_client_request_timeout: float = option(
         "http-client-request-timeout", 20.0, DURATION, "timeout for HTTP request"
     )

@@ -543,9 +543,12 @@ class ClusterInfo:
 
     async def _fan_out(
         self,
+        kind: str,
         addresses: Iterable[str],
         query: Callable[[str], Awaitable[T]],
     ) -> tuple[list[tuple[str, T]], list[Failure]]:
+        """``query`` every address of a ``kind`` daemon at once: the (address, answer) pairs
+        and the failures; :class:`UpstreamError` when none answered."""
         addresses = list(addresses)
 
         async def one(address: str) -> tuple[str, T | Failure]:
@@ -557,17 +560,14 @@ class ClusterInfo:
         answers = await asyncio.gather(*(one(a) for a in addresses))
         values = [(a, v) for a, v in answers if not isinstance(v, Failure)]
         failures = [v for _, v in answers if isinstance(v, Failure)]
+        if len(failures) == len(addresses):
+            text = "\n".join(f.error for f in failures)
+            raise UpstreamError(f"failed to query any {kind}: {text}", failures)
         return values, failures
 
     async def _get(self, url: str, daemon: str) -> Any:
         self._log(f"CI: querying {daemon} {url}")
         return await self.client.get_v1(url)
-
-    @staticmethod
-    def _raise_if_none(kind: str, failures: list[Failure], total: int) -> None:
-        if len(failures) == total:
-            text = "\n".join(f.error for f in failures)
-            raise UpstreamError(f"failed to query any {kind}: {text}", failures)
 
     # ------------------------------------------------------------------ lookupd queries
 
@@ -576,8 +576,7 @@ class ClusterInfo:
             data = await self._get(f"http://{addr}/topics", "nsqlookupd")
             return list(data.get("topics") or [])
 
-        values, failures = await self._fan_out(lookupds, query)
-        self._raise_if_none("nsqlookupd", failures, len(lookupds))
+        values, failures = await self._fan_out("nsqlookupd", lookupds, query)
         topics = sorted({t for _, ts in values for t in ts})
         return Result(topics, failures)
 
@@ -588,8 +587,7 @@ class ClusterInfo:
             data = await self._get(f"http://{addr}/channels?{_qs(topic=topic)}", "nsqlookupd")
             return list(data.get("channels") or [])
 
-        values, failures = await self._fan_out(lookupds, query)
-        self._raise_if_none("nsqlookupd", failures, len(lookupds))
+        values, failures = await self._fan_out("nsqlookupd", lookupds, query)
         return Result(sorted({c for _, cs in values for c in cs}), failures)
 
     async def get_lookupd_producers(self, lookupds: Sequence[str]) -> Result[list[Json]]:
@@ -597,8 +595,7 @@ class ClusterInfo:
             data = await self._get(f"http://{addr}/nodes", "nsqlookupd")
             return [producer_from_lookupd(p) for p in data.get("producers") or []]
 
-        values, failures = await self._fan_out(lookupds, query)
-        self._raise_if_none("nsqlookupd", failures, len(lookupds))
+        values, failures = await self._fan_out("nsqlookupd", lookupds, query)
         by_tcp: dict[str, Json] = {}
         for addr, producers in values:
             for producer in producers:
@@ -617,8 +614,7 @@ class ClusterInfo:
             data = await self._get(f"http://{addr}/lookup?{_qs(topic=topic)}", "nsqlookupd")
             return [producer_from_lookupd(p) for p in data.get("producers") or []]
 
-        values, failures = await self._fan_out(lookupds, query)
-        self._raise_if_none("nsqlookupd", failures, len(lookupds))
+        values, failures = await self._fan_out("nsqlookupd", lookupds, query)
         producers: dict[str, Json] = {}
         for _, found in values:
             for producer in found:
@@ -653,8 +649,7 @@ class ClusterInfo:
             data = await self._get(f"http://{addr}/stats?format=json", "nsqd")
             return [t.get("topic_name", "") for t in data.get("topics") or []]
 
-        values, failures = await self._fan_out(nsqds, query)
-        self._raise_if_none("nsqd", failures, len(nsqds))
+        values, failures = await self._fan_out("nsqd", nsqds, query)
         return Result(sorted({t for _, ts in values for t in ts}), failures)
 
     async def get_nsqd_producers(self, nsqds: Sequence[str]) -> Result[list[Json]]:
@@ -665,8 +660,7 @@ class ClusterInfo:
             topics = [t.get("topic_name", "") for t in stats.get("topics") or []]
             return self._producer_from_info(addr, info, topics)
 
-        values, failures = await self._fan_out(nsqds, query)
-        self._raise_if_none("nsqd", failures, len(nsqds))
+        values, failures = await self._fan_out("nsqd", nsqds, query)
         return Result([p for _, p in values], failures)
 
     async def get_nsqd_topic_producers(
@@ -681,8 +675,7 @@ class ClusterInfo:
             info = await self._nsqd_info(addr)
             return self._producer_from_info(addr, info, topics)
 
-        values, failures = await self._fan_out(nsqds, query)
-        self._raise_if_none("nsqd", failures, len(nsqds))
+        values, failures = await self._fan_out("nsqd", nsqds, query)
         return Result([p for _, p in values if p is not None], failures)
 
     async def get_nsqd_stats(
@@ -707,8 +700,7 @@ class ClusterInfo:
             data = await self._get(url, "nsqd")
             return data if isinstance(data, dict) else {}
 
-        values, failures = await self._fan_out(list(by_address), query)
-        self._raise_if_none("nsqd", failures, len(by_address))
+        values, failures = await self._fan_out("nsqd", list(by_address), query)
         now = time.time()
         topics: list[Json] = []
         channels: dict[str, Json] = {}
@@ -762,8 +754,7 @@ class ClusterInfo:
                 "deferred_total": len(deferred),
             }
 
-        values, failures = await self._fan_out(list(by_address), query)
-        self._raise_if_none("nsqd", failures, len(by_address))
+        values, failures = await self._fan_out("nsqd", list(by_address), query)
         nodes = sorted((v for _, v in values if isinstance(v, dict)), key=_by_host)
         unsupported = sorted(a for a, v in values if v == "unsupported")
         return Result(Inspection(nodes, unsupported), failures)

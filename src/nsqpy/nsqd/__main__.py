@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import version_line
+from ..internal.daemon import StopSignals
 from ..internal.flags import run_command
 from .drain import drain
 from .nsqd import NSQD, NSQDError
@@ -38,26 +39,18 @@ def tune_garbage_collector() -> None:
 
 async def serve(opts: Options) -> int:
     nsqd = NSQD(opts)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[signal.Signals] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig)
-        stop.set()
-
     # before start(): a signal right after "listening on" must still shut down cleanly
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
+    signals = StopSignals()
     try:
         await nsqd.start()
     except NSQDError as exc:
         nsqd.logger.fatal(str(exc))
         return 1
-    await stop.wait()
-    if opts.drain_timeout > 0 and received[0] == signal.SIGTERM:
-        stop.clear()  # nsqpy --drain-timeout: a second signal ends the drain at once
-        await drain(nsqd, opts.drain_timeout, interrupt=stop)
+    await signals.stopping.wait()
+    if opts.drain_timeout > 0 and signals.received[0] == signal.SIGTERM:
+        # nsqpy --drain-timeout: a second signal ends the drain at once
+        signals.stopping.clear()
+        await drain(nsqd, opts.drain_timeout, interrupt=signals.stopping)
     await nsqd.stop()
     return 0
 

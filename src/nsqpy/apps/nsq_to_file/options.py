@@ -9,13 +9,13 @@ from dataclasses import dataclass
 
 from ...internal import lg
 from ...internal.flags import BOOL, DURATION, INT, STR, option
-from ..common import ConsumerFlags, FatalError
+from ..common import ConsumerFlags, FatalError, HTTPClientFlags
 
 REV_MISSING = "missing <REV> in --filename-format when gzip, rotation, or work dir enabled"
 
 
 @dataclass
-class Options(ConsumerFlags):
+class Options(ConsumerFlags, HTTPClientFlags):
     channel: str = option("channel", "nsq_to_file", STR, "nsq channel")
     log_level: str = option(
         "log-level", "info", STR, "set log verbosity: debug, info, warn, error, or fatal"
@@ -65,12 +65,6 @@ class Options(ConsumerFlags):
     sync_interval: float = option(
         "sync-interval", 30.0, DURATION, "sync file to disk every duration"
     )
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
-    )
-    http_client_request_timeout: float = option(
-        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
-    )
 
     @property
     def uses_rev(self) -> bool:
@@ -91,10 +85,7 @@ def validate(opts: Options) -> int:
         raise FatalError("--log-level is invalid") from None
     if opts.channel == "":
         raise FatalError("--channel is required")
-    if opts.http_client_connect_timeout <= 0:
-        raise FatalError("--http-client-connect-timeout should be positive")
-    if opts.http_client_request_timeout <= 0:
-        raise FatalError("--http-client-request-timeout should be positive")
+    opts.check_http_client_timeouts()
     opts.check_sources(".")
     if not 1 <= opts.gzip_level <= 9:
         raise FatalError(f"invalid --gzip-level value ({opts.gzip_level}), should be 1-9")

@@ -15,6 +15,8 @@ import {
   unreachableRows,
   totalLabel,
   runAction,
+  bindActions,
+  queueActions,
   lossText,
 } from "./common.js";
 import { inspectSection, loadInspection } from "./inspect.js";
@@ -72,12 +74,7 @@ export class ChannelPage {
   }
 
   bind(root, ctx) {
-    root.addEventListener("click", (event) => {
-      const button = event.target.closest("[data-action]");
-      if (button) {
-        this.act(ctx, button.dataset.action);
-      }
-    });
+    bindActions(root, (action) => this.act(ctx, action));
     // "toggle" does not bubble: listen while it travels down.
     root.addEventListener(
       "toggle",
@@ -165,15 +162,7 @@ export class ChannelPage {
         html`See <a href="${basePath("/lookup")}">Lookup</a> for more information.`,
       )}`;
     }
-    const actions = ctx.isAdmin
-      ? html`<div class="actions">
-          <button class="btn btn-warning" data-action="empty">Empty Queue</button>
-          <button class="btn btn-danger" data-action="delete">Delete Channel</button>
-          ${s.paused
-            ? html`<button class="btn btn-success" data-action="unpause">UnPause Channel</button>`
-            : html`<button class="btn btn-primary" data-action="pause">Pause Channel</button>`}
-        </div>`
-      : "";
+    const actions = queueActions(ctx, s.paused, "Channel");
     return html`${banner}${head}${actions}${liveCards(this.hist, "channel")}
       ${this.nodeTable()}${this.clientTable()}${inspectSection(this.inspection, this.opened)}`;
   }

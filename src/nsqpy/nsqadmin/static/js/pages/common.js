@@ -108,6 +108,31 @@ export function totalLabel(reached, unreachable) {
   return `Total (${reached} of ${reached + missing} nodes):`;
 }
 
+// Clicks on a page's [data-action] buttons, delegated from the page root:
+// onAction(action, dataset) for the button's data-action and its other data-* values.
+export function bindActions(root, onAction, selector = "[data-action]") {
+  root.addEventListener("click", (event) => {
+    const button = event.target.closest(selector);
+    if (button) {
+      onAction(button.dataset.action, button.dataset);
+    }
+  });
+}
+
+// The admin buttons of a topic or channel page (noun "Topic" or "Channel"): Empty Queue,
+// Delete, and Pause or UnPause as the queue is running or paused; nothing for non-admins.
+export function queueActions(ctx, paused, noun) {
+  return ctx.isAdmin
+    ? html`<div class="actions">
+          <button class="btn btn-warning" data-action="empty">Empty Queue</button>
+          <button class="btn btn-danger" data-action="delete">Delete ${noun}</button>
+          ${paused
+            ? html`<button class="btn btn-success" data-action="unpause">UnPause ${noun}</button>`
+            : html`<button class="btn btn-primary" data-action="pause">Pause ${noun}</button>`}
+        </div>`
+    : "";
+}
+
 // Confirm, call the API, then say what happened and refresh (or go elsewhere).
 export async function runAction(ctx, { title, body, action, style, call, done, after }) {
   const ok = await confirmAction({ title, body, action, style });

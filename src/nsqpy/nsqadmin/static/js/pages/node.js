@@ -4,7 +4,7 @@ import { html } from "../html.js";
 import { commafy, duration } from "../format.js";
 import { warningBanner, notice, tableScroll } from "../ui.js";
 import { graphActive, graphImg, largeGraphUrl } from "../graphite.js";
-import { pausedLabel, memoryDisk, liveCards, runAction, lossText } from "./common.js";
+import { pausedLabel, memoryDisk, liveCards, runAction, lossText, bindActions } from "./common.js";
 import { clientAttributes, clientHost } from "./channel.js";
 
 const NODE_GRAPHS = [
@@ -33,12 +33,8 @@ export class NodePage {
   }
 
   bind(root, ctx) {
-    root.addEventListener("click", (event) => {
-      const button = event.target.closest("[data-action=tombstone]");
-      if (button) {
-        this.tombstone(ctx, button.dataset.topic);
-      }
-    });
+    const tombstone = (action, data) => this.tombstone(ctx, data.topic);
+    bindActions(root, tombstone, "[data-action=tombstone]");
   }
 
   tombstone(ctx, topic) {

@@ -16,6 +16,8 @@ import {
   unreachableRows,
   totalLabel,
   runAction,
+  bindActions,
+  queueActions,
   lossText,
 } from "./common.js";
 
@@ -52,12 +54,7 @@ export class TopicPage {
   }
 
   bind(root, ctx) {
-    root.addEventListener("click", (event) => {
-      const button = event.target.closest("[data-action]");
-      if (button) {
-        this.act(ctx, button.dataset.action, button.dataset.node);
-      }
-    });
+    bindActions(root, (action, data) => this.act(ctx, action, data.node));
   }
 
   // Messages queued on one node for this topic: the topic's own queue plus its channels'.
@@ -147,15 +144,7 @@ export class TopicPage {
         html`See <a href="${basePath("/lookup")}">Lookup</a> for more information.`,
       )}`;
     }
-    const actions = ctx.isAdmin
-      ? html`<div class="actions">
-          <button class="btn btn-warning" data-action="empty">Empty Queue</button>
-          <button class="btn btn-danger" data-action="delete">Delete Topic</button>
-          ${s.paused
-            ? html`<button class="btn btn-success" data-action="unpause">UnPause Topic</button>`
-            : html`<button class="btn btn-primary" data-action="pause">Pause Topic</button>`}
-        </div>`
-      : "";
+    const actions = queueActions(ctx, s.paused, "Topic");
     return html`${banner}${head}${actions}${liveCards(this.hist, "topic")}
       ${this.nodeTable(ctx)}${this.channelTable()}`;
   }

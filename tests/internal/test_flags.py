@@ -11,6 +11,7 @@ from nsqpy.internal import lg
 from nsqpy.internal.flags import (
     BOOL,
     DURATION,
+    FLOAT,
     FLOAT_LIST,
     INT,
     LOG_LEVEL,
@@ -515,3 +516,29 @@ def test_nsqd_defaults_match_the_reference() -> None:
     assert opts.queue_scan_refresh_interval == 5.0
     assert opts.log_prefix == "[nsqd] "
     assert 0 <= opts.node_id < 1024
+
+
+@dataclass
+class UsageOpts:
+    delimiter: str = option("delimiter", "\n", STR, "character to split input")
+    prefix: str = option("log-prefix", "[tool] ", STR, "log message prefix")
+    empty: str = option("empty", "", STR, "no default shown")
+    rotate_interval: float = option("rotate-interval", 0.0, DURATION, "rotate every duration")
+    sample: float = option("sample", 1.0, FLOAT, "fraction to publish")
+    ratio: float = option("ratio", 0.25, FLOAT, "a ratio")
+    log_level: int = option("log-level", lg.INFO, LOG_LEVEL, "log level")
+    rotate_size: int = option("rotate-size", 0, INT, "rotate past `rotate-size` bytes")
+
+
+def test_usage_renders_defaults_as_go_flag_does() -> None:
+    """Go quotes string defaults (%q), omits zero values, prints floats and levels via %v."""
+    text = usage("tool", UsageOpts)
+    assert '    \tcharacter to split input (default "\\n")\n' in text  # one line, escaped
+    assert '(default "[tool] ")' in text
+    assert "no default shown\n" in text
+    assert "rotate every duration\n" in text  # a zero duration is not shown, as in Go
+    assert "fraction to publish (default 1)\n" in text
+    assert "a ratio (default 0.25)\n" in text
+    assert "log level (default INFO)\n" in text
+    # Go's flag.UnquoteUsage: a back-quoted name in the help is the value's name
+    assert "  -rotate-size rotate-size\n    \trotate past rotate-size bytes\n" in text

@@ -471,7 +471,7 @@ def test_usage_and_version() -> None:
     assert result.stderr.startswith(b"flag provided but not defined: -bogus\nUsage of nsq_to_file:")
     for flag in (b"-output-dir value", b"-rotate-interval value", b"-topic-pattern value"):
         assert flag in result.stderr
-    assert b"(default <TOPIC>.<HOST><REV>.<DATETIME>.log)" in result.stderr
+    assert b'(default "<TOPIC>.<HOST><REV>.<DATETIME>.log")' in result.stderr
     result = run_tool("nsq_to_file", "--version")
     assert result.returncode == 0
     assert result.stdout.startswith(f"nsq_to_file v{NSQ_VERSION} (built w/python".encode())

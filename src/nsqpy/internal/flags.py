@@ -280,14 +280,47 @@ def resolve(options_cls: type, argv: Sequence[str]) -> tuple[Any, ParsedArgs]:
     return options_cls(**values), parsed
 
 
+def go_quote(text: str) -> str:
+    """Go's %q of a string: quoted, with escapes, so a default "\\n" stays on one line."""
+    escapes = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    out = []
+    for char in text:
+        if char in escapes:
+            out.append(escapes[char])
+        elif not char.isprintable():
+            out.append(f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def usage_default(spec: FlagSpec) -> str:
+    """The default as Go's PrintDefaults shows it, or "" when Go leaves it out (a zero value)."""
+    if spec.default in ("", [], False, 0, 0.0):
+        return ""
+    if spec.kind == STR:
+        return go_quote(spec.default)
+    if spec.kind == FLOAT:  # Go's %v of a float64: 1 not 1.0
+        value = float(spec.default)
+        return str(int(value)) if value.is_integer() and abs(value) < 1e21 else repr(value)
+    if spec.kind == LOG_LEVEL:  # Go's LogLevel.String()
+        return lg.level_name(spec.default).upper()
+    return describe_default(spec)
+
+
 def usage(program: str, options_cls: type) -> str:
     lines = [f"Usage of {program}:"]
     for spec in sorted(specs(options_cls), key=lambda s: s.flag):
-        kind = "" if spec.kind in _BOOL_LIKE else " value"
+        help_text, value_name = spec.help, "value"
+        before, tick, rest = help_text.partition("`")
+        name, tick2, after = rest.partition("`")
+        if tick and tick2:  # Go's flag.UnquoteUsage: `name` in the help names the value
+            help_text, value_name = before + name + after, name
+        kind = "" if spec.kind in _BOOL_LIKE else f" {value_name}"
         lines.append(f"  -{spec.flag}{kind}")
-        default = describe_default(spec)
-        suffix = f" (default {default})" if default not in ("", "[]", "false", "0") else ""
-        lines.append(f"    \t{spec.help}{suffix}")
+        default = usage_default(spec)
+        suffix = f" (default {default})" if default else ""
+        lines.append(f"    \t{help_text}{suffix}")
     return "\n".join(lines) + "\n"
 
 

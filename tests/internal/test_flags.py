@@ -542,3 +542,26 @@ def test_usage_renders_defaults_as_go_flag_does() -> None:
     assert "log level (default INFO)\n" in text
     # Go's flag.UnquoteUsage: a back-quoted name in the help is the value's name
     assert "  -rotate-size rotate-size\n    \trotate past rotate-size bytes\n" in text
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "failed to load config file {path} - open {path}: no such file or directory"),
+        ("not toml ===\n", "failed to load config file {path} - "),
+        ('mem_queue_size = "abc"\n', "failed to parse config option mem_queue_size='abc'"),
+    ],
+)
+def test_run_command_config_file_error_is_one_fatal_line_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, expected: str
+) -> None:
+    """As Go's daemons: a bad --config file is fatal (exit 1, one FATAL line), not a usage error."""
+    path = tmp_path / "nsqd.cfg"
+    if content is not None:
+        path.write_text(content)
+    code = run_command("nsqd", Opts, [f"--config={path}"], "nsqd v1.3.0", lambda opts: 0)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # no usage text after it
+    assert err.startswith("[nsqd] ")
+    assert f" FATAL: {expected.format(path=path)}" in err

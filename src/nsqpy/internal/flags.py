@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol.errors import go_quote  # Go's %q, for string defaults in -h
 from . import lg
 from .durations import format_duration, parse_duration
 
@@ -45,6 +46,10 @@ def parse_tls_version(text: str) -> str:
 
 class UsageError(Exception):
     """A bad command line or config value; the command prints it and exits 2 (as Go)."""
+
+
+class ConfigFileError(UsageError):
+    """A --config file that cannot be read or holds a bad value: fatal, exit 1 (as Go)."""
 
 
 def option(
@@ -255,9 +260,12 @@ def load_config(path: str) -> dict[str, Any]:
         with open(path, "rb") as handle:
             return tomllib.load(handle)
     except OSError as exc:
-        raise UsageError(f"failed to load config file {path} - {exc}") from None
+        reason = (exc.strerror or str(exc)).lower()  # Go: "open <path>: no such file or directory"
+        raise ConfigFileError(
+            f"failed to load config file {path} - open {path}: {reason}"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"failed to load config file {path} - {exc}") from None
+        raise ConfigFileError(f"failed to load config file {path} - {exc}") from None
 
 
 def resolve(options_cls: type, argv: Sequence[str]) -> tuple[Any, ParsedArgs]:
@@ -273,25 +281,11 @@ def resolve(options_cls: type, argv: Sequence[str]) -> tuple[Any, ParsedArgs]:
                 try:
                     values[spec.attr] = coerce_config_value(spec.kind, config[spec.cfg])
                 except (ValueError, TypeError):
-                    raise UsageError(
+                    raise ConfigFileError(
                         f"failed to parse config option {spec.cfg}={config[spec.cfg]!r}"
                     ) from None
     values.update(parsed.values)
     return options_cls(**values), parsed
-
-
-def go_quote(text: str) -> str:
-    """Go's %q of a string: quoted, with escapes, so a default "\\n" stays on one line."""
-    escapes = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-    out = []
-    for char in text:
-        if char in escapes:
-            out.append(escapes[char])
-        elif not char.isprintable():
-            out.append(f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
 
 
 def usage_default(spec: FlagSpec) -> str:
@@ -334,6 +328,9 @@ def run_command(
     """The shared ``main``: parse, handle --help/--version, then run ``start(options)``."""
     try:
         opts, parsed = resolve(options_cls, argv)
+    except ConfigFileError as exc:  # not a usage problem: no usage text, Go's log.Fatal
+        lg.Logger(f"[{program}] ").fatal(str(exc))
+        return 1
     except UsageError as exc:
         sys.stderr.write(f"{exc}\n{usage(program, options_cls)}")
         return 2

@@ -162,6 +162,10 @@ def test_validation_errors_as_go(nsqd: DaemonProcess) -> None:
         ),
         (["--topic=bad topic", f"--nsqd-tcp-address={tcp(nsqd)}"], b"invalid topic name"),
         (
+            ["--topic=t", "--max-in-flight=-1", f"--nsqd-tcp-address={tcp(nsqd)}"],
+            b"invalid MaxInFlight ! -1 < 0",  # go-nsq's Config.Validate
+        ),
+        (
             ["--topic=t", "--channel=bad/", f"--nsqd-tcp-address={tcp(nsqd)}"],
             b"invalid channel name",
         ),

@@ -182,6 +182,8 @@ def make_consumer(
     """
     try:
         config.validate()  # go-nsq's NewConsumer: the config, then the names
+        if flags.max_in_flight < 0:  # Validate sees the cfg.MaxInFlight the tool set
+            raise FatalError(f"invalid MaxInFlight ! {flags.max_in_flight} < 0")
         if not is_valid_topic_name(topic):
             raise FatalError("invalid topic name")
         if not is_valid_channel_name(channel):

@@ -11,6 +11,7 @@ from nsqpy.internal import lg
 from nsqpy.internal.flags import (
     BOOL,
     DURATION,
+    FLOAT,
     FLOAT_LIST,
     INT,
     LOG_LEVEL,
@@ -515,3 +516,52 @@ def test_nsqd_defaults_match_the_reference() -> None:
     assert opts.queue_scan_refresh_interval == 5.0
     assert opts.log_prefix == "[nsqd] "
     assert 0 <= opts.node_id < 1024
+
+
+@dataclass
+class UsageOpts:
+    delimiter: str = option("delimiter", "\n", STR, "character to split input")
+    prefix: str = option("log-prefix", "[tool] ", STR, "log message prefix")
+    empty: str = option("empty", "", STR, "no default shown")
+    rotate_interval: float = option("rotate-interval", 0.0, DURATION, "rotate every duration")
+    sample: float = option("sample", 1.0, FLOAT, "fraction to publish")
+    ratio: float = option("ratio", 0.25, FLOAT, "a ratio")
+    log_level: int = option("log-level", lg.INFO, LOG_LEVEL, "log level")
+    rotate_size: int = option("rotate-size", 0, INT, "rotate past `rotate-size` bytes")
+
+
+def test_usage_renders_defaults_as_go_flag_does() -> None:
+    """Go quotes string defaults (%q), omits zero values, prints floats and levels via %v."""
+    text = usage("tool", UsageOpts)
+    assert '    \tcharacter to split input (default "\\n")\n' in text  # one line, escaped
+    assert '(default "[tool] ")' in text
+    assert "no default shown\n" in text
+    assert "rotate every duration\n" in text  # a zero duration is not shown, as in Go
+    assert "fraction to publish (default 1)\n" in text
+    assert "a ratio (default 0.25)\n" in text
+    assert "log level (default INFO)\n" in text
+    # Go's flag.UnquoteUsage: a back-quoted name in the help is the value's name
+    assert "  -rotate-size rotate-size\n    \trotate past rotate-size bytes\n" in text
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "failed to load config file {path} - open {path}: no such file or directory"),
+        ("not toml ===\n", "failed to load config file {path} - "),
+        ('mem_queue_size = "abc"\n', "failed to parse config option mem_queue_size='abc'"),
+    ],
+)
+def test_run_command_config_file_error_is_one_fatal_line_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, expected: str
+) -> None:
+    """As Go's daemons: a bad --config file is fatal (exit 1, one FATAL line), not a usage error."""
+    path = tmp_path / "nsqd.cfg"
+    if content is not None:
+        path.write_text(content)
+    code = run_command("nsqd", Opts, [f"--config={path}"], "nsqd v1.3.0", lambda opts: 0)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # no usage text after it
+    assert err.startswith("[nsqd] ")
+    assert f" FATAL: {expected.format(path=path)}" in err

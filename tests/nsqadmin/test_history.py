@@ -174,3 +174,25 @@ def test_a_channel_made_between_polls_gets_its_topics_rate() -> None:
     row = history.overview()["topics"][0]
     channel_point = (history.channel_points("t", "c") or [])[-1]
     assert row["rate_in"] == channel_point["rate_in"] == 50.0
+
+
+def backlog_polls(history: History, backlogs: list[int]) -> None:
+    """One poll a second with channel ``c`` holding each backlog in turn."""
+    for second, depth in enumerate(backlogs):
+        history.record(poll(float(second), {"a": [topic("t", 50, 0, [channel("c", 50, depth)])]}))
+
+
+def test_a_backlog_that_rises_and_falls_is_not_growing() -> None:
+    """A consumer that takes batches (Spark, `make run`) makes the backlog swing: ending on a
+    peak must not read as a growing backlog (the topics page would say "Backing up")."""
+    history = History(interval=1.0, points=360)
+    swings = [200] + [600, 200] * ((TREND_POLLS - 2) // 2) + [400, 600]
+    assert len(swings) == TREND_POLLS + 1  # the trend window: from a trough to a peak
+    backlog_polls(history, swings)
+    assert history.overview()["topics"][0]["depth_trend"] == 0.0
+
+
+def test_a_backlog_that_keeps_rising_through_its_swings_is_growing() -> None:
+    history = History(interval=1.0, points=360)
+    backlog_polls(history, [100 * i + (30 if i % 2 else 0) for i in range(TREND_POLLS + 1)])
+    assert history.overview()["topics"][0]["depth_trend"] > 0

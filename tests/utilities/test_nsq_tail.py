@@ -162,6 +162,10 @@ def test_validation_errors_as_go(nsqd: DaemonProcess) -> None:
         ),
         (["--topic=bad topic", f"--nsqd-tcp-address={tcp(nsqd)}"], b"invalid topic name"),
         (
+            ["--topic=t", "--max-in-flight=-1", f"--nsqd-tcp-address={tcp(nsqd)}"],
+            b"invalid MaxInFlight ! -1 < 0",  # go-nsq's Config.Validate
+        ),
+        (
             ["--topic=t", "--channel=bad/", f"--nsqd-tcp-address={tcp(nsqd)}"],
             b"invalid channel name",
         ),
@@ -193,3 +197,24 @@ def test_flag_errors_print_usage_and_exit_2() -> None:
     result = run_tool("nsq_tail", "-n", "x")
     assert result.returncode == 2
     assert result.stderr.startswith(b'invalid value "x" for flag -n: parse error\n')
+
+
+def test_connection_errors_are_logged_in_go_words(tool: Callable[..., ToolProcess]) -> None:
+    """Logged connection failures read as Go's (no Python exception reprs on an operator's
+    terminal): the refused nsqd in the ERR line, the unreachable nsqlookupd in its retries."""
+    result = run_tool("nsq_tail", "--topic=t", "--nsqd-tcp-address=127.0.0.1:1")
+    assert result.returncode == 1
+    assert (
+        b"ERR (127.0.0.1:1) error connecting to nsqd - dial tcp 127.0.0.1:1: connect: "
+        b"connection refused\n" in result.stderr
+    ), result.stderr
+    assert b"Error(" not in result.stderr
+
+    tail = tool("nsq_tail", "--topic=t", "--lookupd-http-address=127.0.0.1:1")
+    url = b"http://127.0.0.1:1/lookup?topic=t"
+    tail.wait_for_stderr(
+        b"ERR error querying nsqlookupd (" + url + b') - Get "' + url + b'": '
+        b"dial tcp 127.0.0.1:1: connect: connection refused\n"
+    )
+    assert b"Error(" not in tail.stderr
+    assert tail.signal() == 0

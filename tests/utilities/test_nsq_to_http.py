@@ -386,3 +386,17 @@ def test_usage_errors_and_version() -> None:
     result = run_tool("nsq_to_http", "--version")
     assert result.returncode == 0
     assert result.stdout.startswith(f"nsq_to_http v{NSQ_VERSION} (built w/python".encode())
+
+
+def test_unreachable_endpoint_is_logged_in_go_words(
+    nsqd: DaemonProcess, tool: Callable[..., ToolProcess], unique: Callable[[str], str]
+) -> None:
+    """A refused request is logged as Go's net/http words it, not as aiohttp's text."""
+    topic = unique("refused")
+    prepare(nsqd, topic, [b"x"])
+    forwarder = start(tool, nsqd, topic, "--post=http://127.0.0.1:1/")
+    forwarder.wait_for_stderr(
+        b'Handler returned error (Post "http://127.0.0.1:1/": '
+        b"dial tcp 127.0.0.1:1: connect: connection refused) for msg "
+    )
+    stop(forwarder)

@@ -36,19 +36,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import aiohttp
-
 from .. import NSQ_VERSION, __version__, version_line
 from ..client import Consumer, Handler
-from ..client.connection import join_address
-from ..client.errors import NSQDConnectError
+from ..client.errors import NSQDConnectError, go_dial_error, go_http_error
 from ..internal.daemon import StopSignals, run_event_loop
 from ..internal.flags import BOOL, DURATION, INT, STR, STR_LIST, UsageError, option, run_command
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
@@ -213,6 +209,8 @@ def make_consumer(
     """
     try:
         config.validate()  # go-nsq's NewConsumer: the config, then the names
+        if flags.max_in_flight < 0:  # Validate sees the cfg.MaxInFlight the tool set
+            raise FatalError(f"invalid MaxInFlight ! {flags.max_in_flight} < 0")
         if not is_valid_topic_name(topic):
             raise FatalError("invalid topic name")
         if not is_valid_channel_name(channel):
@@ -251,28 +249,17 @@ def describe_error(exc: BaseException) -> str:
             or (isinstance(reason, OSError) and reason.errno is not None)
         ):
             reason = reason.__cause__
-        if isinstance(reason, TimeoutError):
-            return f"dial tcp {exc.address}: i/o timeout"
-        if isinstance(reason, OSError) and reason.errno is not None:
-            return f"dial tcp {exc.address}: connect: {_go_errno_text(reason.errno)}"
+        if isinstance(reason, TimeoutError) or (
+            isinstance(reason, OSError) and reason.errno is not None
+        ):
+            return go_dial_error(exc.address, reason)
         return str(exc.__cause__ or exc)
     return str(exc) or type(exc).__name__
 
 
 def describe_http_error(exc: BaseException) -> str:
     """An HTTP client failure in the words of Go's net/http (after ``Get "<url>": ``)."""
-    if isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno is not None:
-        address = join_address(exc.host, exc.port or 0)
-        return f"dial tcp {address}: connect: {_go_errno_text(exc.os_error.errno)}"
-    if isinstance(exc, TimeoutError):
-        return "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
-    return str(exc) or type(exc).__name__
-
-
-def _go_errno_text(number: int) -> str:
-    """Go's syscall error text: the C library's, lower-cased (``connection refused``)."""
-    text = os.strerror(number)
-    return text[:1].lower() + text[1:]
+    return go_http_error(exc)
 
 
 # ---------------------------------------------------------------------- running

@@ -223,7 +223,9 @@ class Publisher:
                 await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise RequestError(f"{method} {url}: {common.describe_error(exc)}") from None
+            # Go's url.Error: Post "<url>": dial tcp 127.0.0.1:1: connect: connection refused
+            verb = method.capitalize()
+            raise RequestError(f'{verb} "{url}": {common.describe_http_error(exc)}') from None
         ok = 200 <= status < 300 if self.is_post else status == 200
         if not ok:
             raise RequestError(f"got status code {status}")

@@ -44,7 +44,7 @@ from ..protocol.frames import (
     FrameTooLarge,
 )
 from ..protocol.message import MESSAGE_HEADER_LENGTH
-from .errors import ConnectionClosedError, IdentifyError, ServerError
+from .errors import ConnectionClosedError, IdentifyError, ServerError, go_dial_error
 from .message import Message
 from .rdy import RdyState
 
@@ -238,7 +238,7 @@ class Connection(asyncio.Protocol):
                 self.options.dial_timeout,
             )
         except (TimeoutError, OSError) as exc:
-            raise ConnectionClosedError(f"{self.address}: connect failed: {exc!r}") from exc
+            raise ConnectionClosedError(go_dial_error(self.address, exc)) from exc
         try:
             self.write(MAGIC_V2)
             settings = await self._identify()

@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import aiohttp
 
 from .connection import join_address
+from .errors import go_http_error
 
 __all__ = ["LookupdPoller", "lookup_url", "producer_addresses"]
 
@@ -137,7 +138,7 @@ class LookupdPoller:
                     return []
                 body = await resp.json(content_type=None)
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            log.error("error querying nsqlookupd (%s) - %r", url, exc)
+            log.error('error querying nsqlookupd (%s) - Get "%s": %s', url, url, go_http_error(exc))
             return []
         return producer_addresses(body) if isinstance(body, dict) else []
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol.errors import go_quote  # Go's %q, for string defaults in -h
 from . import lg
 from .durations import format_duration, parse_duration
 
@@ -45,6 +46,10 @@ def parse_tls_version(text: str) -> str:
 
 class UsageError(Exception):
     """A bad command line or config value; the command prints it and exits 2 (as Go)."""
+
+
+class ConfigFileError(UsageError):
+    """A --config file that cannot be read or holds a bad value: fatal, exit 1 (as Go)."""
 
 
 def option(
@@ -255,9 +260,12 @@ def load_config(path: str) -> dict[str, Any]:
         with open(path, "rb") as handle:
             return tomllib.load(handle)
     except OSError as exc:
-        raise UsageError(f"failed to load config file {path} - {exc}") from None
+        reason = (exc.strerror or str(exc)).lower()  # Go: "open <path>: no such file or directory"
+        raise ConfigFileError(
+            f"failed to load config file {path} - open {path}: {reason}"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"failed to load config file {path} - {exc}") from None
+        raise ConfigFileError(f"failed to load config file {path} - {exc}") from None
 
 
 def resolve(options_cls: type, argv: Sequence[str]) -> tuple[Any, ParsedArgs]:
@@ -273,21 +281,40 @@ def resolve(options_cls: type, argv: Sequence[str]) -> tuple[Any, ParsedArgs]:
                 try:
                     values[spec.attr] = coerce_config_value(spec.kind, config[spec.cfg])
                 except (ValueError, TypeError):
-                    raise UsageError(
+                    raise ConfigFileError(
                         f"failed to parse config option {spec.cfg}={config[spec.cfg]!r}"
                     ) from None
     values.update(parsed.values)
     return options_cls(**values), parsed
 
 
+def usage_default(spec: FlagSpec) -> str:
+    """The default as Go's PrintDefaults shows it, or "" when Go leaves it out (a zero value)."""
+    if spec.default in ("", [], False, 0, 0.0):
+        return ""
+    if spec.kind == STR:
+        return go_quote(spec.default)
+    if spec.kind == FLOAT:  # Go's %v of a float64: 1 not 1.0
+        value = float(spec.default)
+        return str(int(value)) if value.is_integer() and abs(value) < 1e21 else repr(value)
+    if spec.kind == LOG_LEVEL:  # Go's LogLevel.String()
+        return lg.level_name(spec.default).upper()
+    return describe_default(spec)
+
+
 def usage(program: str, options_cls: type) -> str:
     lines = [f"Usage of {program}:"]
     for spec in sorted(specs(options_cls), key=lambda s: s.flag):
-        kind = "" if spec.kind in _BOOL_LIKE else " value"
+        help_text, value_name = spec.help, "value"
+        before, tick, rest = help_text.partition("`")
+        name, tick2, after = rest.partition("`")
+        if tick and tick2:  # Go's flag.UnquoteUsage: `name` in the help names the value
+            help_text, value_name = before + name + after, name
+        kind = "" if spec.kind in _BOOL_LIKE else f" {value_name}"
         lines.append(f"  -{spec.flag}{kind}")
-        default = describe_default(spec)
-        suffix = f" (default {default})" if default not in ("", "[]", "false", "0") else ""
-        lines.append(f"    \t{spec.help}{suffix}")
+        default = usage_default(spec)
+        suffix = f" (default {default})" if default else ""
+        lines.append(f"    \t{help_text}{suffix}")
     return "\n".join(lines) + "\n"
 
 
@@ -301,6 +328,9 @@ def run_command(
     """The shared ``main``: parse, handle --help/--version, then run ``start(options)``."""
     try:
         opts, parsed = resolve(options_cls, argv)
+    except ConfigFileError as exc:  # not a usage problem: no usage text, Go's log.Fatal
+        lg.Logger(f"[{program}] ").fatal(str(exc))
+        return 1
     except UsageError as exc:
         sys.stderr.write(f"{exc}\n{usage(program, options_cls)}")
         return 2

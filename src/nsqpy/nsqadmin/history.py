@@ -12,7 +12,9 @@ points per topic, per channel and per node.
   in_flight - deferred``); a topic's is the sum over its channels.
 * ``depth_trend``: how fast a topic's backlog changes, in messages/s over the last
   :data:`TREND_POLLS` polls, the backlog being the topic's depth plus its channels' (a paused
-  channel's growing queue must stand out even though the topic's own depth stays 0).
+  channel's growing queue must stand out even though the topic's own depth stays 0). A rise
+  counts only when sustained: every backlog of the newer half of those polls above every one
+  of the older half, so a backlog swinging under a batch consumer is not "growing".
 
 Every rate, on every page, is one computation: the messages counted over the last
 :data:`RATE_WINDOW` seconds of polls (at least one poll interval) divided by the time those
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import time
 from collections import deque
@@ -295,11 +298,17 @@ class History:
         series = self.topics.get(topic)
         if not series or len(series) < 2:
             return 0.0
-        first, last = series[max(0, len(series) - 1 - TREND_POLLS)], series[-1]
-        seconds = (last["t"] - first["t"]) / 1000
+        window = list(itertools.islice(series, max(0, len(series) - 1 - TREND_POLLS), None))
+        seconds = (window[-1]["t"] - window[0]["t"]) / 1000
         if seconds <= 0:
             return 0.0
-        change = (last["depth"] + last["channel_depth"]) - (first["depth"] + first["channel_depth"])
+        backlogs = [point["depth"] + point["channel_depth"] for point in window]
+        change = backlogs[-1] - backlogs[0]
+        older, newer = backlogs[: len(backlogs) // 2], backlogs[len(backlogs) // 2 :]
+        if change > 0 and min(newer) <= max(older):
+            # it rises and falls (a consumer taking batches): growing only when the newer half
+            # of the window stays above everything in the older half
+            return 0.0
         return _round(change / seconds)
 
     # ------------------------------------------------------------------ queries

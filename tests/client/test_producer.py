@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,27 @@ async def test_pub_failed_fails_over_but_bad_topic_does_not() -> None:
         await producer.close()
     assert info.value.code == "E_BAD_TOPIC"
     assert b.connections[0].bodies[b"PUB"] == [b"x", b"y"]
+
+
+async def test_refused_publish_reports_nsqds_error_not_the_closed_connection(
+    tmp_path: Path,
+) -> None:
+    # a draining nsqd answers E_PUB_FAILED and closes; the retry turn then finds the
+    # connection closed, which must not hide why nsqd refused
+    with start_nsqd(tmp_path, "--drain-timeout=30s") as nsqd:
+        async with aiohttp.ClientSession() as session:
+            await session.post(f"{nsqd.http_url}/pub?topic=t", data=b"held")
+            await session.post(f"{nsqd.http_url}/channel/create?topic=t&channel=c")
+        nsqd.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        await eventually(lambda: "draining" in nsqd.log, what="nsqd draining")
+        producer = Producer(tcp(nsqd))
+        with pytest.raises(NoConnectionsError) as info:
+            await producer.publish("t", b"refused")
+        await producer.close()
+        nsqd.kill()
+    cause = info.value.__cause__
+    assert isinstance(cause, ServerError), repr(cause)
+    assert cause.code == "E_PUB_FAILED"
 
 
 async def test_no_reachable_nsqd() -> None:

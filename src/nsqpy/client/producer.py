@@ -168,7 +168,8 @@ class Producer:
                 await conn.drain()
                 response = await conn.request(command)
             except ConnectionClosedError as exc:
-                last_error = exc
+                if not isinstance(last_error, ServerError):  # nsqd's own refusal says more
+                    last_error = exc
                 continue
             except ServerError as exc:
                 if exc.code in _FAILOVER_CODES:

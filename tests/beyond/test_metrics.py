@@ -75,13 +75,15 @@ def test_metrics_match_stats_for_topics_channels_and_clients(
     assert value(metrics, "nsq_health") == 1
     assert value(metrics, "nsq_uptime_seconds") >= 0
 
-    # types: counters are counters (exposed as <name>_total), levels are gauges
+    # types: counters are counters under the exporter's names (no _total), levels are gauges
     assert metrics["nsq_topic_message_count"][0] == "counter"
     assert metrics["nsq_channel_requeue_count"][0] == "counter"
     assert metrics["nsq_channel_depth"][0] == "gauge"
     body = http_ok(nsqd, "GET", "/metrics").decode()
     series = f'channel="work",paused="false",topic="{topic}",type="channel"'
-    assert f"nsq_channel_requeue_count_total{{{series}}} 1.0" in body
+    assert "# TYPE nsq_channel_requeue_count counter\n" in body
+    assert f"nsq_channel_requeue_count{{{series}}} 1.0" in body
+    assert "_total" not in body  # what dashboards built on nsq_exporter query
     consumer.close()
     pub.close()
 

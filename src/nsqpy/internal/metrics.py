@@ -7,12 +7,14 @@ Nothing is counted per message for metrics: each daemon already keeps plain-int 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from .http_api import RouteHandler
 
@@ -24,7 +26,7 @@ class Families:
     """Metric families keyed by name, created on first use, in a stable order."""
 
     def __init__(self) -> None:
-        self._families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        self._families: dict[str, Metric] = {}
 
     def gauge(
         self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: float
@@ -37,11 +39,11 @@ class Families:
     def counter(
         self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: float
     ) -> None:
-        """A monotonic counter; prometheus_client exposes its sample as ``<name>_total``."""
+        """A monotonic counter whose series keeps ``name`` as it is (see :func:`exposition`)."""
         family = self._families.get(name)
         if family is None:
-            family = self._families[name] = CounterMetricFamily(name, doc, labels=list(labels))
-        family.add_metric(list(values), value)
+            family = self._families[name] = Metric(name, doc, "counter")
+        family.samples.append(Sample(name, dict(zip(labels, values, strict=True)), value))
 
     def all(self) -> list[Metric]:
         return list(self._families.values())
@@ -70,8 +72,15 @@ def new_registry(build: Callable[[Families], None]) -> CollectorRegistry:
     return registry
 
 
+# prometheus_client writes a counter's HELP/TYPE lines as ``<name>_total``
+_COUNTER_HEADER = re.compile(rb"^# (HELP|TYPE) (\w+)_total ", re.M)
+
+
 def exposition(registry: CollectorRegistry) -> bytes:
-    return generate_latest(registry)
+    """The text format, with counters under nsq_exporter's names: its dashboards query
+    ``nsq_topic_message_count``, not ``..._total``. The classic format (0.0.4) allows a counter
+    without the suffix; Prometheus ingests these series as counters of exactly that name."""
+    return _COUNTER_HEADER.sub(rb"# \1 \2 ", generate_latest(registry))
 
 
 def metrics_handler(registry: CollectorRegistry) -> RouteHandler:

@@ -7,7 +7,7 @@ per read or write call of a connection).
 Names and labels follow lovoo/nsq_exporter (``nsq_topic_*`` with ``type, topic, paused``;
 ``nsq_channel_*`` with ``type, topic, channel, paused``; ``nsq_client_*``), so dashboards built
 on it find their series. Where the exporter exposes a monotonic count as a gauge, this is a
-counter: prometheus_client names its sample ``<name>_total`` (``nsq_topic_message_count_total``).
+counter of the same name (``# TYPE nsq_topic_message_count counter``; internal/metrics.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
@@ -31,18 +31,26 @@ class Families:
     def gauge(
         self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: float
     ) -> None:
-        family = self._families.get(name)
-        if family is None:
-            family = self._families[name] = GaugeMetricFamily(name, doc, labels=list(labels))
-        family.add_metric(list(values), value)
+        self._add("gauge", name, doc, labels, values, value)
 
     def counter(
         self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: float
     ) -> None:
         """A monotonic counter whose series keeps ``name`` as it is (see :func:`exposition`)."""
+        self._add("counter", name, doc, labels, values, value)
+
+    def _add(
+        self,
+        kind: str,
+        name: str,
+        doc: str,
+        labels: Sequence[str],
+        values: Sequence[str],
+        value: float,
+    ) -> None:
         family = self._families.get(name)
         if family is None:
-            family = self._families[name] = Metric(name, doc, "counter")
+            family = self._families[name] = Metric(name, doc, kind)
         family.samples.append(Sample(name, dict(zip(labels, values, strict=True)), value))
 
     def all(self) -> list[Metric]:

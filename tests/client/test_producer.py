@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -223,3 +224,36 @@ async def test_http_errors_carry_nsqd_message(nsqd: DaemonProcess) -> None:
     assert info.value.message == "MSG_EMPTY"
     with pytest.raises(ValueError):
         await http_multi_publish(nsqd.http_url, "t", [b"a\nb"], binary=False)
+
+
+async def test_request_timeout_moves_on_from_a_paused_nsqd(tmp_path: Path) -> None:
+    # found by the chaos harness: a SIGSTOPped nsqd keeps its socket open, so every publish
+    # that rotated onto it waited for the connection's read timeout while another nsqd was up
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    paused, live = start_nsqd(tmp_path / "a"), start_nsqd(tmp_path / "b")
+    try:
+        producer = Producer(
+            [tcp(paused), tcp(live)], request_timeout=0.5, reconnect_interval=30, read_timeout=60
+        )
+        await producer.connect()
+        os.kill(paused.pid, signal.SIGSTOP)
+        began = time.monotonic()
+        for i in range(6):
+            await producer.publish("t", b"m%d" % i)
+        took = time.monotonic() - began
+        assert producer.connected_addresses == [tcp(live)]
+        await producer.close()
+        os.kill(paused.pid, signal.SIGCONT)
+        # one publish waited out the timeout; the rest went straight to the live nsqd
+        assert took < 3.0, took
+        assert topic_stats(live, "t")["message_count"] >= 6
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+        paused.stop()
+        live.stop()
+
+
+async def test_request_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="request_timeout"):
+        Producer("127.0.0.1:1", request_timeout=0)

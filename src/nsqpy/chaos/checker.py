@@ -43,7 +43,7 @@ class CheckResult:
     unexpected: int = 0
     refused_but_delivered: int = 0
     unknown_delivered: int = 0
-    lost_sample: list[int] = field(default_factory=list)
+    lost_numbers: list[int] = field(default_factory=list)
     unexpected_sample: list[Any] = field(default_factory=list)
     recovery: list[dict[str, Any]] = field(default_factory=list)
 
@@ -93,7 +93,7 @@ def check(
     result.duplicated = sum(1 for c in counts.values() if c > 1)
     lost = sorted(n for n, o in outcome.items() if o == "ok" and n not in counts)
     result.lost = len(lost)
-    result.lost_sample = lost[:20]
+    result.lost_numbers = lost
     result.refused_but_delivered = sum(
         1 for n, o in outcome.items() if o == "refused" and n in counts
     )

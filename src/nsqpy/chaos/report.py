@@ -46,7 +46,7 @@ def format_text(report: dict[str, Any]) -> str:
         f"duplicated {check['duplicated']}, unknown-outcome delivered "
         f"{check['unknown_delivered']}, refused-but-delivered {check['refused_but_delivered']}",
         f"lost (acknowledged, never delivered): {check['lost']}"
-        + (f" e.g. {check['lost_sample'][:10]}" if check["lost"] else ""),
+        + (f" e.g. {check['lost_numbers'][:10]}" if check["lost"] else ""),
         f"unexpected (delivered, never published): {check['unexpected']}",
         "recovery (heal -> first delivery from that node):",
     ]

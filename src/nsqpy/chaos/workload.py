@@ -89,7 +89,11 @@ async def run_producers(
     async def publisher(index: int) -> None:
         order = nsqd_addresses[index:] + nsqd_addresses[:index]
         async with Producer(
-            order, reconnect_interval=0.5, max_reconnect_interval=2.0, **FAST_FAILURE_DETECTION
+            order,
+            reconnect_interval=0.5,
+            max_reconnect_interval=2.0,
+            request_timeout=1.0,  # a paused nsqd must not hold the publishers up
+            **FAST_FAILURE_DETECTION,
         ) as prod:
             next_at = time.monotonic()
             while not stop.is_set():

@@ -108,3 +108,14 @@ def test_cleanup_removes_a_crashed_runs_namespaces_and_processes():
     finally:
         sleeper.kill()
         subprocess.run(["ip", "netns", "del", netns], check=False, capture_output=True)
+
+
+def test_lost_messages_are_put_down_to_the_fault_around_their_acknowledgement():
+    faults = [
+        {"kind": "disk-full", "target": "nsqd1", "started": 100.0, "healed": 105.0},
+        {"kind": "kill-nsqd", "target": "nsqd2", "started": 108.0, "healed": 112.0},
+    ]
+    pubs = pub(1, "ok", 103.0) + pub(2, "ok", 106.0) + pub(3, "ok", 50.0) + pub(4, "ok", 110.0)
+    result = check(pubs, [], faults)
+    # 1: during the full disk (not the kill that began within 10 s); 2: just before the kill
+    assert result.lost_by_fault == {"disk-full": 1, "kill-nsqd": 2, "none": 1}

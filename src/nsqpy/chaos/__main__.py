@@ -25,7 +25,8 @@ def run_parser() -> argparse.ArgumentParser:
             "and a consumer through it while injecting seeded faults (kill -9, SIGSTOP, "
             "partition, link loss/delay, nsqlookupd kill, full disk), then check the history: "
             "lost (acknowledged, never delivered), duplicated, unexpected. Needs root. "
-            "'python -m nsqpy.chaos cleanup' removes what a crashed run left behind."
+            "'python -m nsqpy.chaos cleanup' removes what a crashed run left behind; "
+            "'python -m nsqpy.chaos report DIR' checks a finished run's histories again."
         ),
     )
     parser.add_argument("--seed", type=int, default=1, help="fault schedule seed (default 1)")
@@ -55,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "cleanup":
         return cleanup_main(args[1:])
+    if args and args[0] == "report":
+        return report_main(args[1:])
     if args and args[0].startswith("workload-"):
         return workload_main(args[0], args[1:])
     opts = run_parser().parse_args(args)
@@ -116,6 +119,19 @@ def cleanup_main(args: Sequence[str]) -> int:
     for item in cleanup_prefix(opts.prefix):
         print("removed", item)
     return 0
+
+
+def report_main(args: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m nsqpy.chaos report",
+        description="Check a finished run's histories again and rewrite its report and plot.",
+    )
+    parser.add_argument("out", type=Path, help="the run's directory (--out)")
+    parser.add_argument("--no-plot", action="store_true")
+    opts = parser.parse_args(args)
+    from .runner import recheck
+
+    return 0 if recheck(opts.out, plot=not opts.no_plot)["check"]["valid"] else 1
 
 
 def workload_main(role: str, args: Sequence[str]) -> int:

@@ -45,6 +45,7 @@ class CheckResult:
     unknown_delivered: int = 0
     lost_numbers: list[int] = field(default_factory=list)
     unexpected_sample: list[Any] = field(default_factory=list)
+    lost_by_fault: dict[str, int] = field(default_factory=dict)
     recovery: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -61,13 +62,16 @@ def check(
     faults: Iterable[dict[str, Any]] = (),
 ) -> CheckResult:
     result = CheckResult()
+    faults = list(faults)
     invoked: set[int] = set()
     outcome: dict[int, str] = {}
+    answered_at: dict[int, float] = {}
     for event in pubs:
         if event["op"] == "invoke":
             invoked.add(event["n"])
         elif event["op"] == "pub":
             outcome[event["n"]] = event["outcome"]
+            answered_at[event["n"]] = event["t"]
     times: dict[str, list[float]] = {"": []}
     counts: Counter[int] = Counter()
     for event in recvs:
@@ -94,6 +98,7 @@ def check(
     lost = sorted(n for n, o in outcome.items() if o == "ok" and n not in counts)
     result.lost = len(lost)
     result.lost_numbers = lost
+    result.lost_by_fault = dict(Counter(blame(answered_at[n], faults) for n in lost))
     result.refused_but_delivered = sum(
         1 for n, o in outcome.items() if o == "refused" and n in counts
     )
@@ -102,6 +107,23 @@ def check(
     )
     result.recovery = recovery_times(faults, {k: sorted(v) for k, v in times.items()})
     return result
+
+
+#: a message acknowledged this long before a fault began may still be in that nsqd's hands
+BLAME_LOOKBACK = 10.0
+
+
+def blame(acknowledged_at: float, faults: list[dict[str, Any]]) -> str:
+    """The fault a lost message is put down to: the one under way when it was acknowledged,
+    else the first to begin within BLAME_LOOKBACK seconds after ("none": neither)."""
+    started = [f for f in faults if f.get("started") is not None]
+    active = [
+        f for f in started if f["started"] <= acknowledged_at <= (f.get("healed") or f["started"])
+    ]
+    if active:
+        return str(max(active, key=lambda f: f["started"])["kind"])
+    soon = [f for f in started if 0 < f["started"] - acknowledged_at <= BLAME_LOOKBACK]
+    return str(min(soon, key=lambda f: f["started"])["kind"]) if soon else "none"
 
 
 def recovery_times(

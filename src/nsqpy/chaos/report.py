@@ -47,6 +47,8 @@ def format_text(report: dict[str, Any]) -> str:
         f"{check['unknown_delivered']}, refused-but-delivered {check['refused_but_delivered']}",
         f"lost (acknowledged, never delivered): {check['lost']}"
         + (f" e.g. {check['lost_numbers'][:10]}" if check["lost"] else ""),
+        "lost, by the fault under way at their acknowledgement (or the next within 10 s): "
+        + (", ".join(f"{k} {v}" for k, v in sorted(check["lost_by_fault"].items())) or "-"),
         f"unexpected (delivered, never published): {check['unexpected']}",
         "recovery (heal -> first delivery from that node):",
     ]

@@ -168,8 +168,6 @@ class Run:
     def _report(
         self, start: float, pubs: list[dict[str, Any]], recvs: list[dict[str, Any]]
     ) -> dict[str, Any]:
-        faults = [f.as_dict() for f in self.faults]
-        result = checker.check(pubs, recvs, faults)
         opts = self.options
         meta = {
             "prefix": self.prefix,
@@ -182,17 +180,8 @@ class Run:
             "nsqd_flags": next(iter(self.cluster.nsqds.values())).args[4:7],
             "link_faults": "netem" if self.topology.netem else "tbf (no netem in this kernel)",
         }
-        result_report = report.build_report(meta, faults, result)
-        text = report.write_report(self.out, result_report)
-        print(text, flush=True)
-        if opts.plot:
-            title = f"{meta['daemons']} daemons, seed {opts.seed}, {opts.duration:.0f}s"
-            if report.plot(self.out / "chaos.png", start, pubs, recvs, faults, title):
-                print(f"plot: {self.out / 'chaos.png'}")
-            else:
-                print("no plot: matplotlib is not installed (pip install 'nsqpy[chaos]')")
-        print(f"history and logs: {self.out}")
-        return result_report
+        faults = [f.as_dict() for f in self.faults]
+        return check_and_report(self.out, meta, pubs, recvs, faults, plot=opts.plot)
 
     def cleanup(self) -> None:
         """Idempotent: stop everything this run started and remove its network."""
@@ -216,6 +205,37 @@ class Run:
         (self.out / "faults.json").write_text(
             json.dumps([f.as_dict() for f in self.faults], indent=2) + "\n"
         )
+
+
+def check_and_report(
+    out: Path,
+    meta: dict[str, Any],
+    pubs: list[dict[str, Any]],
+    recvs: list[dict[str, Any]],
+    faults: list[dict[str, Any]],
+    *,
+    plot: bool,
+) -> dict[str, Any]:
+    """Check the histories, write report.txt/.json (and chaos.png), print the text."""
+    result_report = report.build_report(meta, faults, checker.check(pubs, recvs, faults))
+    print(report.write_report(out, result_report), flush=True)
+    if plot:
+        title = f"{meta['daemons']} daemons, seed {meta['seed']}, {meta['duration']:.0f}s"
+        if report.plot(out / "chaos.png", meta["started"], pubs, recvs, faults, title):
+            print(f"plot: {out / 'chaos.png'}")
+        else:
+            print("no plot: matplotlib is not installed (pip install 'nsqpy[chaos]')")
+    print(f"history and logs: {out}")
+    return result_report
+
+
+def recheck(out: Path, *, plot: bool = True) -> dict[str, Any]:
+    """Check a finished run's directory again (e.g. after a checker change)."""
+    meta = json.loads((out / "report.json").read_text())["run"]
+    faults = json.loads((out / "faults.json").read_text())
+    pubs = checker.read_history(out / "producer.jsonl")
+    recvs = checker.read_history(out / "consumer.jsonl")
+    return check_and_report(out, meta, pubs, recvs, faults, plot=plot)
 
 
 def _raise_system_exit(signum: int, frame: FrameType | None) -> None:

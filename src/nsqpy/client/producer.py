@@ -204,6 +204,9 @@ class Producer:
         try:  # the connect goes on (shielded) for a later publish
             return await asyncio.wait_for(self._connection(slot), self.request_timeout)
         except TimeoutError:
+            # a silent nsqd accepts the TCP connection but never answers IDENTIFY: leave it
+            # to the other nsqd until the reconnect delay has passed
+            slot.retry_at = time.monotonic() + slot.delays.next()
             return None
 
     async def _request_in_time(self, conn: Connection, command: bytes) -> bytes:
@@ -239,6 +242,8 @@ class Producer:
             if time.monotonic() < slot.retry_at:
                 return None  # failed recently: let the other nsqd take the traffic
             slot.connecting = asyncio.get_running_loop().create_task(self._open(slot))
+        elif time.monotonic() < slot.retry_at:
+            return None  # still connecting after request_timeout: not waited for again yet
         task = slot.connecting
         try:
             return await asyncio.shield(task)

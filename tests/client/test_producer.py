@@ -243,17 +243,19 @@ async def test_request_timeout_moves_on_from_a_paused_nsqd(tmp_path: Path) -> No
         )
         await producer.connect()
         os.kill(paused.pid, signal.SIGSTOP)
-        began = time.monotonic()
+        waited = 0.0  # in publish calls
         for i in range(80):  # over 4 s, so reconnects to the paused nsqd come due
+            began = time.monotonic()
             await producer.publish("t", b"m%d" % i)
+            waited += time.monotonic() - began
             await asyncio.sleep(0.05)
-        waited = time.monotonic() - began - 80 * 0.05
         assert producer.connected_addresses == [tcp(live)]
         await producer.close()
         os.kill(paused.pid, signal.SIGCONT)
-        # a few publishes waited out the timeout (the first, and one per reconnect attempt
-        # as the delay doubles: about 6), not every one that rotated onto it (40 x 0.3 s)
-        assert waited < 5.0, waited
+        # the first publish after the pause waited out the timeout; reconnects then happen in
+        # the background while the live nsqd takes the publishes (waiting on each one that
+        # rotated onto the paused nsqd would take 40 x 0.3 s)
+        assert waited < 1.0, waited
         assert topic_stats(live, "t")["message_count"] >= 80
     finally:
         os.kill(paused.pid, signal.SIGCONT)

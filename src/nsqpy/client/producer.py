@@ -201,6 +201,13 @@ class Producer:
     async def _connection_in_time(self, slot: _Slot) -> Connection | None:
         if self.request_timeout is None:
             return await self._connection(slot)
+        conn = slot.conn
+        if conn is not None and conn.is_open:
+            return conn
+        if any(s.conn is not None and s.conn.is_open for s in self._slots if s is not slot):
+            # another nsqd takes this publish at once; this one reconnects in the background
+            self._connect_in_background(slot)
+            return None
         try:  # the connect goes on (shielded) for a later publish
             return await asyncio.wait_for(self._connection(slot), self.request_timeout)
         except TimeoutError:
@@ -208,6 +215,18 @@ class Producer:
             # to the other nsqd until the reconnect delay has passed
             slot.retry_at = time.monotonic() + slot.delays.next()
             return None
+
+    def _connect_in_background(self, slot: _Slot) -> None:
+        if self._closed or slot.connecting is not None or time.monotonic() < slot.retry_at:
+            return
+        task = asyncio.get_running_loop().create_task(self._open(slot))
+        slot.connecting = task
+
+        def forget(done: asyncio.Task[Connection | None]) -> None:
+            if slot.connecting is done:
+                slot.connecting = None
+
+        task.add_done_callback(forget)
 
     async def _request_in_time(self, conn: Connection, command: bytes) -> bytes:
         if self.request_timeout is None:

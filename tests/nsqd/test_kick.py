@@ -19,8 +19,9 @@ def clients_of(nsqd: DaemonProcess, topic: str, channel: str) -> list[dict[str, 
 
 def consumer(nsqd: DaemonProcess, topic: str, channel: str, client_id: str) -> NsqConn:
     conn = NsqConn(nsqd.tcp_address)
-    # msg_timeout 1 s: the kicked client's in-flight messages come back quickly
-    conn.identify(client_id=client_id, hostname=f"{client_id}.example", msg_timeout=1000)
+    # msg_timeout 3 s: the kicked client's in-flight messages come back soon after the kick
+    # (and none times out before it, which would redeliver them to the same client)
+    conn.identify(client_id=client_id, hostname=f"{client_id}.example", msg_timeout=3000)
     conn.sub(topic, channel)
     return conn
 
@@ -61,9 +62,10 @@ def test_kick_by_remote_address_requeues_in_flight(
         lambda: [c["client_id"] for c in clients_of(nsqd, topic, "work")] == ["healthy"],
         what="the kicked client gone from /stats",
     )
-    # As on any disconnect: the 3 stay in flight until their 1 s timeout, then are requeued.
+    # As on any disconnect: the 3 stay in flight until their 3 s timeout, then are requeued.
     wait_until(
         lambda: (channel_stats(nsqd, topic, "work") or {}).get("timeout_count") == 3,
+        timeout=15,
         what="the kicked client's messages timed out and requeued",
     )
     after = channel_stats(nsqd, topic, "work")

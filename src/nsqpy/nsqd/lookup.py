@@ -111,6 +111,7 @@ class LookupPeer:
     __slots__ = (
         "_closed",
         "_owner",
+        "_peer_ip",
         "_queue",
         "_reader",
         "_retry_at",
@@ -138,6 +139,8 @@ class LookupPeer:
         #: when to try reconnecting after a dropped connection (None: not reconnecting)
         self._retry_at: float | None = None
         self._retry_delay = RECONNECT_DELAY
+        #: the IP the last connection reached (to log when the name moves elsewhere)
+        self._peer_ip = ""
 
     def __repr__(self) -> str:
         return f"LookupPeer({self.addr!r}, connected={self.connected})"
@@ -284,13 +287,26 @@ class LookupPeer:
         owner = self._owner
         owner.log(lg.INFO, f"LOOKUP connecting to {self.addr}")
         host, port = _split_address(self.addr)
+        # The name is resolved again on every connect (open_connection asks the resolver each
+        # time; nothing caches it), so a lookupd whose IP changed is found at its new address
+        # on the next reconnect: nsqio/nsq#1233.
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port), owner.dial_timeout
         )
+        self._note_peer_ip(writer)
         self._reader, self._writer = reader, writer
         self.connected = True
         writer.write(MAGIC_V1)
         await self._on_connect()
+
+    def _note_peer_ip(self, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        peer_ip = str(peer[0]) if isinstance(peer, tuple) else ""
+        if self._peer_ip and peer_ip and peer_ip != self._peer_ip:
+            self._owner.log(
+                lg.INFO, f"LOOKUP {self.addr} now resolves to {peer_ip} (was {self._peer_ip})"
+            )
+        self._peer_ip = peer_ip or self._peer_ip
 
     async def _on_connect(self) -> None:
         """IDENTIFY, then REGISTER everything (Go: ``connectCallback``)."""
@@ -515,5 +531,7 @@ class LookupPeers:
             timeout = aiohttp.ClientTimeout(
                 total=self.http_request_timeout, connect=self.http_connect_timeout
             )
-            self._session = aiohttp.ClientSession(timeout=timeout)
+            # no DNS cache: lookupd's broadcast address is often a name that can move (#1233)
+            connector = aiohttp.TCPConnector(use_dns_cache=False)
+            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self._session

@@ -23,6 +23,10 @@ magic, IDENTIFY, then REGISTER for all current topics and channels. A PING every
 command closes the connection; commands queued while the peer cannot connect are dropped,
 because the next connect registers the whole current state anyway.
 
+Names are resolved again on every connect, and once per ping interval a peer checks that its
+name still leads to the address it is connected to; when it no longer does, the peer reconnects
+to the new address (nsqio/nsq#1233: lookupd moved, e.g. a rescheduled pod).
+
 Unlike Go, which notices a lookupd restart only when its next command (at worst the next PING)
 fails, a peer also watches its idle connection: lookupd never speaks unprompted, so EOF or stray
 bytes mean it is gone. Such a drop, or a command failing on an established connection, starts
@@ -35,6 +39,7 @@ All methods must be called from the event loop's thread.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import socket
 from collections import deque
@@ -94,6 +99,14 @@ def join_host_port(host: str, port: int) -> str:
 def _split_address(addr: str) -> tuple[str, str]:
     host, _, port = addr.rpartition(":")
     return host.strip("[]"), port
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _describe(cmd: bytes) -> str:
@@ -188,6 +201,7 @@ class LookupPeer:
                     next_ping += interval
                     if next_ping <= now:
                         next_ping = now + interval
+                    await self._follow_name()
                     self._owner.log(lg.DEBUG, f"LOOKUPD({self.addr}): sending heartbeat")
                     await self.command(ping())
                     continue
@@ -298,6 +312,28 @@ class LookupPeer:
         self.connected = True
         writer.write(MAGIC_V1)
         await self._on_connect()
+
+    async def _follow_name(self) -> None:
+        """Once per ping interval: when the name no longer resolves to the address this
+        connection reached, drop it, so that the PING that follows connects (and registers
+        everything) where the name leads now, even if the old lookupd still answers (#1233)."""
+        host, port = _split_address(self.addr)
+        if not self.connected or not self._peer_ip or _is_ip_literal(host):
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), self._owner.dial_timeout
+            )
+        except (OSError, TimeoutError):
+            return  # a resolver hiccup is no reason to leave a working lookupd
+        if self._peer_ip in {str(info[4][0]) for info in infos}:
+            return
+        self._owner.log(
+            lg.INFO, f"LOOKUP {self.addr} no longer resolves to {self._peer_ip}: reconnecting"
+        )
+        self._disconnect()
+        self._schedule_reconnect()
 
     def _note_peer_ip(self, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")

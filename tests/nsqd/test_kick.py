@@ -4,6 +4,7 @@ its in-flight messages requeued on their timeout as on any disconnect, the other
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 from nsqpy.testing import DaemonProcess
@@ -132,3 +133,28 @@ def test_kick_errors(daemons: list[DaemonProcess], tmp_path: Path) -> None:
     assert kick(nsqd, remote_address=address, client_id="only")[0] == 200
     conn.expect_closed()
     wait_until(lambda: clients_of(nsqd, topic, "work") == [], what="the client gone from /stats")
+
+
+def test_kick_closes_a_client_that_stopped_reading(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    """The misbehaving client is often one that no longer reads: nsqd's writes to it are
+    stuck in full socket buffers. The kick must not wait for them to drain."""
+    nsqd = launch(daemons, tmp_path)
+    topic = unique("kickstuck")
+    body = b"x" * 500_000
+    publisher = NsqConn(nsqd.tcp_address)
+    for _ in range(8):
+        publisher.mpub(topic, [body] * 4)
+    stuck = consumer(nsqd, topic, "work", "deaf")
+    stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.rdy(32)  # and never reads again: 16 MB cannot fit in the socket buffers
+    wait_until(
+        lambda: (channel_stats(nsqd, topic, "work") or {}).get("in_flight_count", 0) > 0,
+        what="deliveries started",
+    )
+    status, _ = kick(nsqd, client_id="deaf")
+    assert status == 200
+    wait_until(lambda: clients_of(nsqd, topic, "work") == [], what="the deaf client gone")
+    assert publisher.is_open()
+    stuck.close()

@@ -114,7 +114,7 @@ class DaemonProcess:
         return self
 
     def command(self) -> list[str]:
-        """The argv to run (a subclass may wrap it, e.g. in ``ip netns exec``)."""
+        """The child's argv (a subclass may wrap it, e.g. in ``unshare``)."""
         return [sys.executable, "-m", self.module, *self.args]
 
     def popen_options(self) -> dict[str, Any]:

@@ -151,6 +151,28 @@ def test_topic_queue_without_channels_is_capped_too(
     assert stats is not None and (stats["depth"], stats["queue_dropped_count"]) == (1, 0)
 
 
+def test_a_refusing_channel_stops_the_others_dropping(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    nsqd = launch(daemons, tmp_path)
+    topic = unique("mixed")
+    create_channel(nsqd, topic, "lossy")
+    create_channel(nsqd, topic, "strict")
+    config(nsqd, topic, "lossy", max_queue_bytes="80", queue_full_policy="drop-oldest")
+    config(nsqd, topic, "strict", max_queue_bytes="200")
+    producer = NsqConn(nsqd.tcp_address)
+    for i in range(5):
+        producer.pub(topic, body(i))
+    assert chan(nsqd, topic, "lossy")["queue_dropped_count"] == 3
+    producer.send(pub_cmd(topic, body(5)))
+    producer.expect_error(
+        "E_PUB_FAILED PUB failed queue full (channel strict: 200 + 40 > 200 bytes)"
+    )
+    lossy, strict = chan(nsqd, topic, "lossy"), chan(nsqd, topic, "strict")
+    assert (lossy["queue_dropped_count"], lossy["depth"], lossy["queue_refused_count"]) == (3, 2, 0)
+    assert (strict["queue_refused_count"], strict["depth"]) == (1, 5)
+
+
 def test_drop_oldest_while_a_consumer_is_mid_batch(
     daemons: list[DaemonProcess], tmp_path: Path
 ) -> None:
@@ -307,6 +329,10 @@ def test_sigkill_loses_only_counted_drops(daemons: list[DaemonProcess], tmp_path
     for data in published:
         producer.pub(topic, data)  # every one acknowledged
     assert chan(nsqd, topic, "c")["queue_dropped_count"] == 20
+    # disk usage follows: files the drops consumed are deleted (6 files were written, 5 records
+    # each; the newest 10 records are the last 2)
+    assert (tmp_path / f"{topic}:c.diskqueue.000005.dat").exists()
+    wait_until(lambda: len(list(tmp_path.glob(f"{topic}:c.diskqueue.0*.dat"))) == 2)
     assert nsqd.proc is not None
     nsqd.proc.send_signal(signal.SIGKILL)
     nsqd.proc.wait(10)

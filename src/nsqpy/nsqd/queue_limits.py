@@ -19,7 +19,7 @@ coming due) always enter their queue, which may then stand above its cap for a w
 (``E_PUB_FAILED``/``E_MPUB_FAILED``/``E_DPUB_FAILED``, HTTP 503 ``QUEUE_FULL``). ``drop-oldest``:
 each full queue discards its oldest messages by publish time until the publish fits: each time
 the older of its memory queue's head and its disk queue's head (read from the data file at the
-read position; memory first on a tie). Lowering a
+read position; memory first on a tie); a requeued message re-enters at the back. Lowering a
 channel's cap with ``/channel/config`` under ``drop-oldest`` trims the queue at once. A publish
 bigger than a cap on its own is refused under either policy. When some queues refuse and others
 would drop, the publish is refused and nothing is dropped.

@@ -196,27 +196,49 @@ def disk_bytes(backend: Backend, memory: SizedQueue | None = None) -> int:
     return max(0, span[2] - read_pos + write_pos)
 
 
-def disk_head_timestamp(backend: Backend) -> int | None:
-    """The publish timestamp of the next record ``backend`` will read, read from its file at
-    the read position; None when it has none or it cannot be read."""
-    if not isinstance(backend, DiskQueue):
-        return None
-    _, read_num, read_pos, write_num, write_pos = backend.positions()
-    if read_num == write_num and read_pos >= write_pos:
-        return None
-    # at the end of a finished file, the next record starts the following file
-    for num, pos in ((read_num, read_pos), (read_num + 1, 0)):
-        if num > write_num:
-            break
-        try:
-            with open(backend.file_name(num), "rb") as handle:
-                handle.seek(pos)
-                head = handle.read(_HEAD.size)
-        except OSError:
+class DiskHead:
+    """Reads the publish timestamp of the next record a disk queue will read, from its data
+    file at the read position (the queue's reader is not touched). The file stays open for the
+    reads of one drop run; :meth:`close` ends it."""
+
+    __slots__ = ("_fd", "_num", "backend")
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._fd: int | None = None
+        self._num = -1
+
+    def timestamp(self) -> int | None:
+        """None when the queue has no record or it cannot be read."""
+        backend = self.backend
+        if not isinstance(backend, DiskQueue):
             return None
-        if len(head) == _HEAD.size:
-            return int(_HEAD.unpack(head)[1])
-    return None
+        _, read_num, read_pos, write_num, write_pos = backend.positions()
+        if read_num == write_num and read_pos >= write_pos:
+            return None
+        # at the end of a finished file, the next record starts the following file
+        for num, pos in ((read_num, read_pos), (read_num + 1, 0)):
+            if num > write_num:
+                break
+            try:
+                head = os.pread(self._open(backend, num), _HEAD.size, pos)
+            except OSError:
+                return None
+            if len(head) == _HEAD.size:
+                return int(_HEAD.unpack(head)[1])
+        return None
+
+    def _open(self, backend: DiskQueue, num: int) -> int:
+        if self._fd is None or self._num != num:
+            self.close()
+            self._fd = os.open(backend.file_name(num), os.O_RDONLY)
+            self._num = num
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def queue_bytes(queue: Queue) -> int:
@@ -379,20 +401,28 @@ class QueueLimits:
         backend = queue.backend
         skip_ids = queue.skip_ids
         freed = dropped = 0
-        while freed < excess:
-            disk_ts = disk_head_timestamp(backend)
-            if memory and (disk_ts is None or memory[0].timestamp <= disk_ts):
-                freed += record_size(memory.popleft())
+        head = DiskHead(backend)
+        disk_ts: int | None = None  # the disk head's, until a record is taken from the disk
+        peeked = False
+        try:
+            while freed < excess:
+                if memory and not peeked:
+                    disk_ts, peeked = head.timestamp(), True
+                if memory and (disk_ts is None or memory[0].timestamp <= disk_ts):
+                    freed += record_size(memory.popleft())
+                    dropped += 1
+                    continue
+                data = backend.get()
+                peeked = False
+                if data is None:
+                    break
+                freed += 4 + len(data)
+                if skip_ids and bytes(data[_ID]) in skip_ids:
+                    skip_ids.discard(bytes(data[_ID]))  # a restored deferred message's old copy
+                    continue
                 dropped += 1
-                continue
-            data = backend.get()
-            if data is None:
-                break
-            freed += 4 + len(data)
-            if skip_ids and bytes(data[_ID]) in skip_ids:
-                skip_ids.discard(bytes(data[_ID]))  # a restored deferred message's old copy
-                continue
-            dropped += 1
+        finally:
+            head.close()
         if dropped:
             key = _key(queue)
             self.counts.setdefault(key, QueueCounts()).dropped += dropped

@@ -907,6 +907,7 @@ def test_bounded_queue_columns(browser: Browser, cluster: Cluster, tmp_path: Pat
         expect(total.locator("[data-col=queue_dropped_count]")).to_have_text("1")
         expect(total.locator("[data-col=queue_refused_count]")).to_have_text("0")
         expect(page.locator("#channel-nodes th")).to_contain_text(["Queue Bytes"])
+        watched.screenshot("channel-bounded")
         page = watched.open(f"/topics/{topic}")
         row = page.locator("#channels tr[data-channel=c]")
         expect(row.locator("[data-col=queue_dropped_count]")).to_have_text("1")

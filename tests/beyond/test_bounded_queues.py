@@ -374,3 +374,48 @@ def test_max_defer_timeout(daemons: list[DaemonProcess], tmp_path: Path) -> None
     producer.expect_error("E_INVALID DPUB timeout 1001 out of range 0-1000")
     resp = http_request(plain, "POST", "/pub?" + q(topic=topic, defer="1001"), body(7))
     assert (resp.status, resp.body) == (400, b'{"message":"INVALID_DEFER"}')
+
+
+def test_queue_bytes_bookkeeping(tmp_path: Path) -> None:
+    """The two halves of a queue's bytes on their own: the memory queue's running total under
+    every deque edit, and a disk queue's unread bytes across finished files."""
+    from nsqpy.nsqd.diskqueue import DiskQueue
+    from nsqpy.nsqd.message import Message as NsqdMessage
+    from nsqpy.nsqd.queue_limits import SizedQueue, disk_bytes
+
+    def msg(size: int) -> NsqdMessage:
+        return NsqdMessage(b"0123456789abcdef", b"x" * size, 1)
+
+    def exact(queue: SizedQueue) -> int:
+        return sum(30 + len(m.body) for m in queue)
+
+    queue = SizedQueue(1000, "refuse", [msg(1), msg(2)])
+    assert queue.nbytes == exact(queue) == 63
+    a, b = msg(10), msg(20)
+    queue.append(a)
+    queue.appendleft(b)
+    queue.extend([msg(3), msg(4)])
+    queue += [msg(5)]
+    assert queue.nbytes == exact(queue)
+    queue.popleft()
+    queue.pop()
+    queue.remove(a)
+    queue.extendleft([msg(6)])
+    queue.insert(1, msg(7))
+    del queue[0]
+    queue[0] = msg(8)
+    assert queue.nbytes == exact(queue) and len(queue) == 5
+    queue.clear()
+    assert queue.nbytes == 0
+
+    disk = DiskQueue("q", str(tmp_path), 100, 26, 1000, 1000, 2.0, lambda level, line: None)
+    records = [b"r" * 36] * 7  # 40 bytes each with the length: two per 100-byte file
+    for record in records:
+        disk.put(record)
+    memory = SizedQueue(1000, "refuse")
+    assert disk.positions().write_file_num == 3
+    assert disk_bytes(disk, memory) == disk_bytes(disk) == 7 * 40
+    for left in range(6, -1, -1):
+        assert disk.get() == records[0]
+        assert disk_bytes(disk, memory) == disk_bytes(disk) == left * 40
+    disk.close()

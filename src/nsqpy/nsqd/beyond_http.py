@@ -1,7 +1,8 @@
 """nsqd's HTTP routes beyond Go (docs/beyond-go.md), added to the route table by http.py.
 
-``/metrics`` (on unless ``--metrics=false``), ``/channel/config`` and ``/dead_letter`` (additive,
-inert until used), and with ``--enable-inspect`` the peek and listing routes.
+``/metrics`` (on unless ``--metrics=false``), ``/channel/config``, ``/dead_letter`` and
+``/client/kick`` (additive, inert until used), and with ``--enable-inspect`` the peek and
+listing routes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from aiohttp import web
 
 from ..internal.http_api import ApiError, RouteHandler, v1_json
 from ..internal.metrics import metrics_handler
-from . import inspect
+from . import inspect, kick
 from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
 from .metrics import build_registry
 from .queue_limits import POLICIES
@@ -32,6 +33,7 @@ def routes(server: HTTPServer) -> list[tuple[str, str, RouteHandler]]:
         ("GET", "/channel/config", handlers.channel_config),
         ("POST", "/channel/config", handlers.channel_config),
         ("GET", "/dead_letter", handlers.dead_letter),
+        ("POST", "/client/kick", handlers.client_kick),
     ]
     if nsqd.options.metrics:
         out.append(("GET", "/metrics", metrics_handler(build_registry(nsqd))))
@@ -140,6 +142,11 @@ class BeyondHandlers:
             raise ApiError(400, "MISSING_ARG_ID")
         limit = _count(first(params, "n"), 100)
         return v1_json({"messages": self.nsqd.dead_letters.latest(topic, limit)})
+
+    async def client_kick(self, request: web.Request) -> web.Response:
+        from .http import query
+
+        return await kick.client_kick(self.nsqd, query(request))
 
     # ------------------------------------------------------------------ inspection
 

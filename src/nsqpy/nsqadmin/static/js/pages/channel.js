@@ -75,7 +75,7 @@ export class ChannelPage {
   }
 
   bind(root, ctx) {
-    bindActions(root, (action) => this.act(ctx, action));
+    bindActions(root, (action, data) => this.act(ctx, action, data));
     // "toggle" does not bubble: listen while it travels down.
     root.addEventListener(
       "toggle",
@@ -93,7 +93,10 @@ export class ChannelPage {
     );
   }
 
-  act(ctx, action) {
+  act(ctx, action, data) {
+    if (action === "kick") {
+      return this.kick(ctx, data);
+    }
     const s = this.stats;
     const name = html`<em>${this.topic}/${this.channel}</em>`;
     const extra = [];
@@ -146,6 +149,34 @@ export class ChannelPage {
     return runAction(ctx, specs[action]);
   }
 
+  // nsqpy (nsqio/nsq#418): close one consumer's connection on its nsqd, after a confirmation
+  // naming the client. Its in-flight messages go back to the channel on their timeout.
+  kick(ctx, data) {
+    const c = (this.stats.clients || []).find(
+      (x) => x.node === data.node && x.remote_address === data.remoteAddress,
+    );
+    const inFlight = c ? Number(c.in_flight_count) : 0;
+    const who = html`<em>${c ? clientHost(c) : data.remoteAddress}</em>`;
+    return runAction(ctx, {
+      title: "Kick client",
+      body: html`<p>Disconnect client ${who} (${data.remoteAddress}) from nsqd
+          <em>${data.node}</em>?</p>
+        <p>${inFlight
+          ? `Its ${commafy(inFlight)} in-flight messages are requeued when their timeout expires.`
+          : "It has no messages in flight."}
+          The client may reconnect.</p>`,
+      action: "Kick Client",
+      style: "btn-danger",
+      call: () =>
+        api("POST", this.path + "/clients", {
+          action: "kick",
+          node: data.node,
+          remote_address: data.remoteAddress,
+        }),
+      done: `Kicked client ${data.remoteAddress} off ${data.node}.`,
+    });
+  }
+
   render(ctx) {
     const s = this.stats;
     const nodes = s.nodes || [];
@@ -165,7 +196,7 @@ export class ChannelPage {
     }
     const actions = queueActions(ctx, s.paused, "Channel");
     return html`${banner}${head}${actions}${liveCards(this.hist, "channel")}
-      ${this.nodeTable()}${this.clientTable()}${inspectSection(this.inspection, this.opened)}`;
+      ${this.nodeTable()}${this.clientTable(ctx)}${inspectSection(this.inspection, this.opened)}`;
   }
 
   nodeTable() {
@@ -221,7 +252,7 @@ export class ChannelPage {
     </table>`)}`;
   }
 
-  clientTable() {
+  clientTable(ctx) {
     const clients = this.stats.clients || [];
     if (!clients.length) {
       return html`<h4>Client Connections</h4>${notice("Notice", "No clients connected to this channel")}`;
@@ -229,7 +260,8 @@ export class ChannelPage {
     return html`<h4>Client Connections</h4>${tableScroll(html`<table class="table" id="clients">
       <tr><th>Client Host</th><th>User-Agent</th><th>Attributes</th><th>NSQd Host</th>
         <th class="num">In-Flight</th><th class="num">Ready Count</th><th class="num">Finished</th>
-        <th class="num">Requeued</th><th class="num">Messages</th><th class="num">Connected</th></tr>
+        <th class="num">Requeued</th><th class="num">Messages</th><th class="num">Connected</th>
+        ${ctx.isAdmin ? html`<th></th>` : ""}</tr>
       ${clients.map(
         (c) => html`<tr data-client="${c.client_id}">
           <td>${clientHost(c)}</td><td><small>${c.user_agent}</small></td>
@@ -240,7 +272,10 @@ export class ChannelPage {
           <td class="num">${commafy(c.finish_count)}</td>
           <td class="num">${commafy(c.requeue_count)}</td>
           <td class="num">${commafy(c.message_count)}</td>
-          <td class="num">${duration(c.connected)}</td></tr>`,
+          <td class="num">${duration(c.connected)}</td>
+          ${ctx.isAdmin ? html`<td><button class="btn btn-xs btn-danger" data-action="kick"
+            data-node="${c.node}" data-remote-address="${c.remote_address}"
+            title="disconnect this client">Kick</button></td>` : ""}</tr>`,
       )}
     </table>`)}`;
   }

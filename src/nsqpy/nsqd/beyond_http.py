@@ -16,6 +16,7 @@ from ..internal.metrics import metrics_handler
 from . import inspect, kick
 from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
 from .metrics import build_registry
+from .queue_limits import POLICIES
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -63,8 +64,10 @@ class BeyondHandlers:
     # ------------------------------------------------------------------ dead-lettering
 
     async def channel_config(self, request: web.Request) -> web.Response:
-        """GET: a channel's dead-letter settings; POST with ``max_attempts`` and/or
-        ``dead_letter_topic_suffix``: change them (kept in nsqpy.channel_config.json)."""
+        """GET: a channel's dead-letter settings (and its queue cap, if it has one or counts);
+        POST with ``max_attempts`` and/or ``dead_letter_topic_suffix`` (kept in
+        nsqpy.channel_config.json), ``max_queue_bytes`` and/or ``queue_full_policy`` (kept in
+        nsqpy.queue_limits.json): change them."""
         from .http import first, query
 
         params = query(request)
@@ -84,8 +87,43 @@ class BeyondHandlers:
                 suffix = channel.dead_letter_suffix
             if not valid_suffix(suffix) or dead_letter_topic(channel.topic.name, suffix) is None:
                 raise ApiError(400, "INVALID_DEAD_LETTER_TOPIC_SUFFIX")
-            self.nsqd.dead_letters.configure(channel, max_attempts, suffix)
-        return v1_json(DeadLetters.settings(channel))
+            queue_limit = self._queue_limit(params, channel)  # validated before anything changes
+            dead_letter_given = raw_max is not None or "dead_letter_topic_suffix" in params
+            if queue_limit is None or dead_letter_given:
+                self.nsqd.dead_letters.configure(channel, max_attempts, suffix)
+            if queue_limit is not None:
+                self.nsqd.queue_limits.configure(channel, *queue_limit)
+        settings = DeadLetters.settings(channel)
+        bounded = self.nsqd.queue_limits.describe(channel)
+        if bounded is not None:
+            settings.update(bounded)
+        return v1_json(settings)
+
+    def _queue_limit(
+        self, params: dict[str, list[str]], channel: Channel
+    ) -> tuple[int, str] | None:
+        """``max_queue_bytes`` and/or ``queue_full_policy`` (nsqpy --max-queue-bytes), or None
+        when neither is given."""
+        from .http import first
+
+        raw_limit = first(params, "max_queue_bytes")
+        policy = first(params, "queue_full_policy")
+        if raw_limit is None and policy is None:
+            return None
+        key = (channel.topic.name, channel.name)
+        limit, current = self.nsqd.queue_limits.effective(key)
+        if raw_limit is not None:
+            try:
+                limit = int(raw_limit, 10)
+            except ValueError:
+                raise ApiError(400, "INVALID_MAX_QUEUE_BYTES") from None
+            if limit < 0:
+                raise ApiError(400, "INVALID_MAX_QUEUE_BYTES")
+        if policy is None:
+            policy = current
+        elif policy not in POLICIES:
+            raise ApiError(400, "INVALID_QUEUE_FULL_POLICY")
+        return limit, policy
 
     async def dead_letter(self, request: web.Request) -> web.Response:
         """The history of a dead-lettered message (``id``), or the latest of a dead-letter

@@ -20,6 +20,7 @@ import {
   lossText,
 } from "./common.js";
 import { inspectSection, loadInspection } from "./inspect.js";
+import { hasQueueLimits, queueLimitHeaders, queueLimitCells, queueLimitBlanks } from "./queue_limits.js";
 
 // The Attributes labels of a client, as Go shows them.
 export function clientAttributes(c) {
@@ -205,7 +206,8 @@ export class ChannelPage {
     const nE2e = e2eHeaders(s).length;
     // nsqd --max-attempts: its limit and the messages it moved to the dead-letter topic
     const dead = s.max_attempts !== undefined || nodes.some((n) => n.max_attempts !== undefined);
-    const cols = 8 + (graph ? 1 : 0) + nE2e + (dead ? 2 : 0);
+    const bounded = hasQueueLimits(s, nodes); // nsqd --max-queue-bytes
+    const cols = 8 + (graph ? 1 : 0) + nE2e + (dead ? 2 : 0) + (bounded ? 3 : 0);
     const deadCells = (n) =>
       n.max_attempts === undefined
         ? html`<td class="num muted" data-col="max_attempts">–</td>
@@ -217,7 +219,7 @@ export class ChannelPage {
       <td class="num" data-col="in_flight_count">${commafy(n.in_flight_count)}</td>
       <td class="num">${commafy(n.deferred_count)}</td>
       <td class="num">${commafy(n.requeue_count)}</td><td class="num">${commafy(n.timeout_count)}</td>
-      ${dead ? deadCells(n) : ""}
+      ${dead ? deadCells(n) : ""}${bounded ? queueLimitCells(n) : ""}
       <td class="num" data-col="message_count">${commafy(n.message_count)}</td>`;
     const rows = nodes.map(
       (n) => html`<tr data-node="${n.node}"><td>${hostCell(n)}${pausedLabel(n.paused)}</td>
@@ -229,16 +231,17 @@ export class ChannelPage {
           <td>${graphImg("channel", n.node, this.topic, this.channel, "deferred_count")}</td>
           <td>${graphImg("channel", n.node, this.topic, this.channel, "requeue_count")}</td>
           <td>${graphImg("channel", n.node, this.topic, this.channel, "timeout_count")}</td>
-          ${dead ? html`<td></td><td></td>` : ""}<td>${graphImg("channel", n.node, this.topic, this.channel, "message_count")}</td>
-          <td colspan="${cols - 7 - (dead ? 2 : 0)}"></td></tr>` : ""}`,
+          ${dead ? html`<td></td><td></td>` : ""}${queueLimitBlanks(bounded)}<td>${graphImg("channel", n.node, this.topic, this.channel, "message_count")}</td>
+          <td colspan="${cols - 7 - (dead ? 2 : 0) - (bounded ? 3 : 0)}"></td></tr>` : ""}`,
     );
     return html`<h4>Channel</h4>${tableScroll(html`<table class="table" id="channel-nodes">
       <tr><th>&nbsp;</th><th colspan="4" class="center">Message Queues</th>
-        <th colspan="${(graph ? 5 : 4) + (dead ? 2 : 0)}" class="center">Statistics</th>${e2eGroupHeader(s)}</tr>
+        <th colspan="${(graph ? 5 : 4) + (dead ? 2 : 0) + (bounded ? 3 : 0)}" class="center">Statistics</th>${e2eGroupHeader(s)}</tr>
       <tr><th>NSQd Host</th><th class="num">Depth</th><th class="num">Memory + Disk</th>
         <th class="num">In-Flight</th><th class="num">Deferred</th><th class="num">Requeued</th>
         <th class="num">Timed Out</th>
         ${dead ? html`<th class="num">Max Attempts</th><th class="num">Dead-Lettered</th>` : ""}
+        ${bounded ? queueLimitHeaders() : ""}
         <th class="num">Messages</th>
         ${graph ? html`<th class="num">Rate</th>` : ""}<th class="num">Connections</th>
         ${e2eHeaders(s)}</tr>

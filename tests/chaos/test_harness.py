@@ -13,6 +13,7 @@ from nsqpy.chaos.__main__ import main as chaos_main
 from nsqpy.chaos.checker import check
 from nsqpy.chaos.faults import FAULT_CLASSES, make_schedule
 from nsqpy.chaos.netns import NAME_PREFIX, list_netns, netns_pids
+from nsqpy.chaos.spark import check_archive
 from nsqpy.chaos.workload import classify
 from nsqpy.client import ConnectionClosedError, NoConnectionsError, ServerError
 
@@ -39,6 +40,7 @@ def test_checker_counts_lost_duplicated_unexpected_and_outcomes():
     assert result.delivered_unique == 4 and result.deliveries == 7
     assert not result.valid
     assert check(pub(1, "ok"), [recv(1)]).valid
+    assert not check(pub(1, "refused"), []).valid  # nothing acknowledged: nothing tested
 
 
 def test_recovery_is_measured_from_the_heal_to_the_healed_nsqds_next_delivery():
@@ -119,3 +121,21 @@ def test_lost_messages_are_put_down_to_the_fault_around_their_acknowledgement():
     result = check(pubs, [], faults)
     # 1: during the full disk (not the kill that began within 10 s); 2: just before the kill
     assert result.lost_by_fault == {"disk-full": 1, "kill-nsqd": 2, "none": 1}
+
+
+def test_the_archive_is_deduplicated_on_nsqd_and_id_and_compared_with_the_acknowledged():
+    rows = [
+        {"nsqd": "a:1", "id": "01", "body": b"1"},
+        {"nsqd": "a:1", "id": "01", "body": b"1"},  # a replayed batch: the same message
+        {"nsqd": "b:1", "id": "01", "body": b"2"},  # same id on another nsqd: another message
+        {"nsqd": "b:1", "id": "02", "body": b"2"},  # published twice (a retried PUB)
+        {"nsqd": "a:1", "id": "03", "body": b"7"},  # never published
+    ]
+    result = check_archive(rows, acked={1, 2, 3}, invoked={1, 2, 3, 4})
+    assert result["rows"] == 5 and result["rows_after_dedup"] == 4
+    assert result["same_id_twice"] == 1
+    assert result["numbers_archived_twice"] == 1
+    assert result["missing_acknowledged"] == 1 and result["missing_sample"] == [3]
+    assert result["unexpected"] == 1
+    assert not result["equals_acknowledged"]
+    assert check_archive(rows[:3], acked={1, 2}, invoked={1, 2})["equals_acknowledged"]

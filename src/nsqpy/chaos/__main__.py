@@ -47,6 +47,12 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--msg-timeout", type=float, default=5.0, help="nsqd --msg-timeout in seconds (default 5)"
     )
+    parser.add_argument(
+        "--spark",
+        action="store_true",
+        help="also run the Spark archive job (killed and restarted as a fault) and check its "
+        "Parquet against the acknowledged messages (needs Java and the spark extra)",
+    )
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
@@ -90,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settle=opts.settle,
             cluster=cluster,
             plot=not opts.no_plot,
+            spark=opts.spark,
         )
     )
     report = run.execute()
@@ -142,6 +149,8 @@ def workload_main(role: str, args: Sequence[str]) -> int:
     parser.add_argument("--history", type=Path, required=True)
     parser.add_argument("--nsqd", action="append", default=[])
     parser.add_argument("--lookupd", action="append", default=[])
+    parser.add_argument("--nsqd-http", action="append", default=[])
+    parser.add_argument("--channel", action="append", default=[])
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--publishers", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=5.0)
@@ -157,6 +166,8 @@ def workload_main(role: str, args: Sequence[str]) -> int:
                 rate=opts.rate,
                 publishers=opts.publishers,
                 timeout=opts.timeout,
+                nsqd_http_addresses=opts.nsqd_http,
+                channels=opts.channel,
             )
         elif role == "workload-consumer":
             coro = run_consumer(opts.lookupd, history, poll_interval=opts.poll_interval)

@@ -13,6 +13,7 @@ from typing import Any
 
 from .daemons import Cluster
 from .netns import Topology
+from .spark import SparkArchive
 
 log = logging.getLogger("nsqpy.chaos")
 
@@ -44,18 +45,26 @@ class Fault:
 
 
 def make_schedule(
-    seed: int, duration: float, nsqds: list[str], lookupds: list[str], msg_timeout: float
+    seed: int,
+    duration: float,
+    nsqds: list[str],
+    lookupds: list[str],
+    msg_timeout: float,
+    classes: tuple[str, ...] = FAULT_CLASSES,
 ) -> list[Fault]:
     """Faults until ``duration`` seconds. The first round has every class once (in a seeded
     order), so even a short run covers them all; after that the class is drawn at random."""
     rng = random.Random(seed)
-    first_round = list(FAULT_CLASSES)
+    first_round = list(classes)
     rng.shuffle(first_round)
     schedule: list[Fault] = []
     at = rng.uniform(3.0, 5.0)  # let the workload get going first
     while True:
-        kind = first_round.pop(0) if first_round else rng.choice(FAULT_CLASSES)
-        target = rng.choice(lookupds if kind == "kill-lookupd" else nsqds)
+        kind = first_round.pop(0) if first_round else rng.choice(classes)
+        if kind == "kill-spark":
+            target = "spark"
+        else:
+            target = rng.choice(lookupds if kind == "kill-lookupd" else nsqds)
         if kind == "pause-nsqd":
             hold = msg_timeout + rng.uniform(2.0, 4.0)  # long enough for in-flight to expire
         else:
@@ -70,9 +79,12 @@ def make_schedule(
 class Nemesis:
     """Injects and heals faults on a cluster."""
 
-    def __init__(self, cluster: Cluster, topology: Topology) -> None:
+    def __init__(
+        self, cluster: Cluster, topology: Topology, spark: SparkArchive | None = None
+    ) -> None:
         self.cluster = cluster
         self.topology = topology
+        self.spark = spark
 
     def inject(self, fault: Fault) -> None:
         fault.started = time.time()
@@ -119,6 +131,16 @@ class Nemesis:
 
     def _heal_degrade_link(self, fault: Fault) -> None:
         self.topology.restore_link(self.topology.nodes[fault.target])
+
+    # the Spark archive job's driver (and its JVM) killed, then restarted on its checkpoint
+    def _start_kill_spark(self, fault: Fault) -> None:
+        assert self.spark is not None
+        self.spark.kill9()
+        fault.detail = "kill -9 of the driver's process group"
+
+    def _heal_kill_spark(self, fault: Fault) -> None:
+        assert self.spark is not None
+        self.spark.start()
 
     # the nsqd's tmpfs data path filled to the last byte, then emptied again
     def _start_disk_full(self, fault: Fault) -> None:

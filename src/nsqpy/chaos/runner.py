@@ -19,9 +19,14 @@ from types import FrameType
 from typing import IO, Any
 
 from . import checker, report
-from .daemons import NSQD_TCP, Cluster, ClusterOptions
-from .faults import Fault, Nemesis, make_schedule
+from .daemons import NSQD_HTTP, NSQD_TCP, Cluster, ClusterOptions
+from .faults import FAULT_CLASSES, Fault, Nemesis, make_schedule
 from .netns import NAME_PREFIX, Node, Topology, cleanup_prefix
+from .spark import SparkArchive, check_archive
+from .workload import CHANNEL
+
+#: the pipeline's default archive channel
+ARCHIVE_CHANNEL = "archive"
 
 log = logging.getLogger("nsqpy.chaos")
 
@@ -38,6 +43,8 @@ class RunOptions:
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     plot: bool = True
     keep_data: bool = False
+    spark: bool = False
+    spark_settle: float = 120.0
 
 
 class Workload:
@@ -77,6 +84,7 @@ class Run:
         self.topology = Topology(self.prefix)
         self.cluster = Cluster(self.topology, self.out, options.cluster)
         self.workloads: list[Workload] = []
+        self.spark: SparkArchive | None = None
         self.faults: list[Fault] = []
         self._cleaned = False
 
@@ -117,17 +125,24 @@ class Run:
                 f"--rate={opts.rate}",
                 f"--publishers={opts.publishers}",
                 f"--timeout={opts.pub_timeout}",
+                *(f"--nsqd-http={n.address}:{NSQD_HTTP}" for n in self.topology.of_role("nsqd")),
+                f"--channel={CHANNEL}",
+                *([f"--channel={ARCHIVE_CHANNEL}"] if opts.spark else []),
             ],
             self.out,
         )
         self.workloads.append(producer)
         start = time.time()
+        if opts.spark:
+            self.spark = SparkArchive(nodes["consumers"], self.cluster.lookupd_http, self.out)
+            self.spark.start()
         self.faults = make_schedule(
             opts.seed,
             opts.duration,
             list(self.cluster.nsqds),
             list(self.cluster.lookupds),
             opts.cluster.msg_timeout,
+            (*FAULT_CLASSES, "kill-spark") if opts.spark else FAULT_CLASSES,
         )
         for fault in self.faults:
             if fault.target in self.cluster.nsqds:
@@ -138,10 +153,34 @@ class Run:
         log.info("workload stopped; settling for up to %.0fs", opts.settle)
         self._settle(producer, consumer, time.time() + opts.settle)
         consumer.stop()
-        return self._report(start, producer.events(), consumer.events())
+        pubs = producer.events()
+        result = self._report(start, pubs, consumer.events())
+        if self.spark is not None:
+            result["spark"] = self._check_spark(pubs)
+        return result
+
+    def _check_spark(self, pubs: list[dict[str, Any]]) -> dict[str, Any]:
+        assert self.spark is not None
+        acked = {e["n"] for e in pubs if e.get("outcome") == "ok"}
+        invoked = {e["n"] for e in pubs if e["op"] == "invoke"}
+        log.info("waiting up to %.0fs for the archive", self.options.spark_settle)
+        self.spark.wait_for(acked, time.time() + self.options.spark_settle)
+        self.spark.stop()
+        archive = check_archive(self.spark.archived_rows(), acked, invoked)
+        print(
+            f"spark archive: {archive['rows']} rows, {archive['rows_after_dedup']} after dedup "
+            f"on (nsqd, id); acknowledged missing {archive['missing_acknowledged']}, "
+            f"unexpected {archive['unexpected']}, numbers archived twice "
+            f"{archive['numbers_archived_twice']}"
+        )
+        path = self.out / "report.json"
+        full = json.loads(path.read_text())
+        full["spark"] = archive
+        path.write_text(json.dumps(full, indent=2) + "\n")
+        return archive
 
     def _run_schedule(self, start: float) -> None:
-        nemesis = Nemesis(self.cluster, self.topology)
+        nemesis = Nemesis(self.cluster, self.topology, self.spark)
         for fault in self.faults:
             _sleep_until(start + fault.at)
             try:
@@ -188,6 +227,11 @@ class Run:
         if self._cleaned:
             return
         self._cleaned = True
+        if self.spark is not None:
+            try:
+                self.spark.stop(timeout=10.0)
+            except Exception as exc:
+                log.error("stopping the Spark job: %s", exc)
         for workload in self.workloads:
             try:
                 workload.stop(timeout=5.0)

@@ -18,6 +18,7 @@ import json
 import logging
 import signal
 import time
+from collections.abc import Sequence
 from typing import IO, Any
 
 from nsqpy.client import (
@@ -78,11 +79,14 @@ async def run_producers(
     rate: float,
     publishers: int,
     timeout: float,
+    nsqd_http_addresses: Sequence[str] = (),
+    channels: Sequence[str] = (),
     first_number: int = 0,
 ) -> None:
     """``publishers`` tasks, each with its own Producer that prefers "its" nsqd and fails over
     to the others, publish numbered messages until SIGTERM. The total rate is ``rate``/s."""
     stop = _stop_event()
+    await create_channels(nsqd_http_addresses, channels)
     counter = iter(range(first_number, 1 << 62))
     interval = publishers / rate
 
@@ -112,6 +116,20 @@ async def run_producers(
                     await asyncio.wait_for(stop.wait(), max(0.0, next_at - time.monotonic()))
 
     await asyncio.gather(*(publisher(i) for i in range(publishers)))
+
+
+async def create_channels(nsqd_http_addresses: Sequence[str], channels: Sequence[str]) -> None:
+    """Create the topic's channels on every nsqd before the first publish, so a channel whose
+    reader starts late (the Spark job) still gets every message."""
+    import aiohttp
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        for address in nsqd_http_addresses:
+            calls = [("topic/create", {"topic": TOPIC})]
+            calls += [("channel/create", {"topic": TOPIC, "channel": c}) for c in channels]
+            for path, params in calls:
+                async with session.post(f"http://{address}/{path}", params=params) as response:
+                    response.raise_for_status()
 
 
 async def run_consumer(

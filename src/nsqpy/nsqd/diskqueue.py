@@ -69,6 +69,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from ..internal.lg import RepeatSummary
+from .read_holds import Hold, ReadHolds
 
 __all__ = ["DiskQueue", "DiskQueueError", "DiskQueuePositions", "LogFunc", "queue_names"]
 
@@ -151,12 +152,14 @@ class DiskQueue:
 
     __slots__ = (
         "_closed",
+        "_committed_file",
         "_count",
         "_data_path",
         "_depth",
         "_dirty_since",
         "_doomed_paths",
         "_failures",
+        "_holds",
         "_kicked_sync",
         "_log",
         "_max_bytes_per_file",
@@ -239,6 +242,9 @@ class DiskQueue:
         self._meta_lock = threading.Lock()
         self._sync_seq = 0
         self._persisted_seq = 0
+        # issue 22 (hold_reads): records read but not finished; None is Go's behaviour
+        self._holds: ReadHolds | None = None
+        self._committed_file = 0  # files before this one are wholly finished
 
         self._retrieve_metadata()
         self._skip_missing_read_files()
@@ -255,14 +261,87 @@ class DiskQueue:
         return self._depth
 
     def positions(self) -> DiskQueuePositions:
-        """The in-memory state that the metadata file records (for stats and tests)."""
+        """The in-memory state that the metadata file records (for stats and tests): with
+        ``hold_reads`` the committed read position, and a depth that counts the held records."""
+        depth, read_file_num, read_pos = self._committed()
         return DiskQueuePositions(
-            self._depth,
-            self._read_file_num,
-            self._read_pos,
+            depth, read_file_num, read_pos, self._write_file_num, self._write_pos
+        )
+
+    # ----------------------------------------------------- held reads (issue 22, read_holds.py)
+
+    def hold_reads(self) -> None:
+        """From now on the metadata records the committed read position: the start of the
+        oldest record handed out by ``get_held``/``put_held`` and not yet ``release``d."""
+        if self._holds is None:
+            self._holds = ReadHolds()
+            self._committed_file = self._read_file_num
+
+    def get_held(self) -> tuple[bytes, Hold] | None:
+        """``get``, and the hold that keeps the record on disk until it is released."""
+        record = self.get()
+        if record is None:
+            return None
+        holds = self._holds
+        assert holds is not None, "get_held() needs hold_reads()"
+        newest = holds.newest()
+        return record, newest if newest is not None else _released()
+
+    def put_held(self, data: bytes) -> Hold | None:
+        """Append a record that is handed out at once, when nothing waits before it (the
+        cursor is at the write position); None, writing nothing, when records wait."""
+        holds = self._holds
+        if holds is None or (self._read_file_num, self._read_pos) != (
             self._write_file_num,
             self._write_pos,
-        )
+        ):
+            return None
+        self.put(data)
+        hold = holds.add(self._write_file_num, self._write_pos - 4 - len(data))
+        old_file_num = self._read_file_num
+        self._read_file_num = self._write_file_num
+        self._read_pos = self._write_pos
+        self._depth -= 1
+        if old_file_num != self._read_file_num:  # the put rolled to a new file
+            self._leave_read_file(old_file_num)
+        return hold
+
+    def release(self, hold: Hold) -> None:
+        """The held record's message is finished (or stored again as a newer record)."""
+        holds = self._holds
+        if holds is not None and holds.release(hold):
+            self._committed_moved()
+
+    def release_all(self) -> None:
+        """Every held message is stored again (a clean shutdown flushed them to the tail)."""
+        holds = self._holds
+        if holds is not None and len(holds):
+            holds.clear()
+            self._committed_moved()
+
+    def _committed(self) -> tuple[int, int, int]:
+        """(depth, read file, read position) as the metadata records them."""
+        holds = self._holds
+        if holds is not None:
+            oldest = holds.oldest()
+            if oldest is not None:
+                return self._depth + len(holds), oldest.file_num, oldest.pos
+        return self._depth, self._read_file_num, self._read_pos
+
+    def _committed_moved(self) -> None:
+        if not self._count:
+            self._dirty_since = time.monotonic()
+        self._count += 1
+        self._drop_finished_files()
+
+    def _drop_finished_files(self) -> None:
+        """Files wholly before the committed position are deleted by the next sync."""
+        _, file_num, _ = self._committed()
+        if file_num > self._committed_file:
+            for finished in range(self._committed_file, file_num):
+                self._doomed_paths.append(self.file_name(finished))
+            self._committed_file = file_num
+            self._request_sync()
 
     def file_name(self, file_num: int) -> str:
         return os.path.join(self._data_path, f"{self._name}.diskqueue.{file_num:06d}.dat")
@@ -584,12 +663,16 @@ class DiskQueue:
     def _consume(self, next_file_num: int, next_pos: int) -> None:
         """Go's moveForward: the record is taken, positions and depth advance."""
         old_file_num = self._read_file_num
+        holds = self._holds
+        if holds is not None:  # nothing the metadata records moves until it is released
+            holds.add(old_file_num, self._read_pos)
+        else:
+            if not self._count:
+                self._dirty_since = time.monotonic()
+            self._count += 1
         self._read_file_num = next_file_num
         self._read_pos = next_pos
         self._depth -= 1
-        if not self._count:
-            self._dirty_since = time.monotonic()
-        self._count += 1
         if old_file_num != next_file_num:
             self._leave_read_file(old_file_num)
         self._check_tail_corruption(self._depth)
@@ -604,6 +687,9 @@ class DiskQueue:
 
     def _leave_read_file(self, old_file_num: int) -> None:
         self._close_read_file()
+        if self._holds is not None:  # deleted once the committed position leaves it
+            self._drop_finished_files()
+            return
         # deleted by the sync that persists metadata past it
         self._doomed_paths.append(self.file_name(old_file_num))
         self._request_sync()
@@ -643,6 +729,8 @@ class DiskQueue:
         self._read_file_num += 1
         self._read_pos = 0
         self._request_sync()
+        if self._holds is not None:
+            self._drop_finished_files()
         self._check_tail_corruption(self._depth)
 
     # ---------------------------------------------------------------- consistency and repair
@@ -688,7 +776,9 @@ class DiskQueue:
         """Delete readFileNum..writeFileNum and start both sides on a fresh file."""
         self._close_files()
         failure: OSError | None = None
-        for file_num in range(self._read_file_num, self._write_file_num + 1):
+        # with hold_reads, the files of held records before the cursor go too
+        first = self._read_file_num if self._holds is None else self._committed_file
+        for file_num in range(first, self._write_file_num + 1):
             path = self.file_name(file_num)
             try:
                 os.remove(path)
@@ -705,6 +795,9 @@ class DiskQueue:
         self._read_file_num = self._write_file_num
         self._read_pos = 0
         self._depth = 0
+        if self._holds is not None:
+            self._holds.clear()
+            self._committed_file = self._read_file_num
         return failure
 
     def _retrieve_metadata(self) -> None:
@@ -873,9 +966,9 @@ class DiskQueue:
     def _take_sync_job(self) -> _SyncJob:
         """Snapshot the state to persist; runs on the loop thread."""
         self._sync_seq += 1
+        depth, read_file_num, read_pos = self._committed()
         meta_text = (
-            f"{self._depth}\n{self._read_file_num},{self._read_pos}\n"
-            f"{self._write_file_num},{self._write_pos}\n"
+            f"{depth}\n{read_file_num},{read_pos}\n{self._write_file_num},{self._write_pos}\n"
         ).encode()
         fsync_paths = self._retired_paths
         if self._write_fd is not None:
@@ -1000,6 +1093,13 @@ class DiskQueue:
         if self._write_fd is not None:
             _close_quietly(self._write_fd)
             self._write_fd = None
+
+
+def _released() -> Hold:
+    """A hold with nothing behind it (the queue was reset while reading the record)."""
+    hold = Hold(0, 0)
+    hold.done = True
+    return hold
 
 
 def _fsync_path(path: str) -> None:

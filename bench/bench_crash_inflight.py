@@ -64,15 +64,17 @@ def load() -> str:
 class Nsqd:
     """One nsqd process on fixed loopback ports and a data directory kept across restarts."""
 
-    def __init__(self, command: list[str], data: str, extra: list[str]) -> None:
+    def __init__(self, command: list[str], data: str, extra: list[str], log: str | None) -> None:
         self.command = command
         self.data = data
         self.extra = extra
+        self.log = log
         self.tcp = free_port()
         self.http = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        log = open(self.log, "ab") if self.log else None  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
             [
                 *self.command,
@@ -84,8 +86,10 @@ class Nsqd:
                 *self.extra,
             ],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=log if log is not None else subprocess.DEVNULL,
         )
+        if log is not None:
+            log.close()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -273,6 +277,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quiet", type=float, default=5.0, help="drain ends after this silence")
     parser.add_argument("--drain-limit", type=float, default=30.0)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--log-dir", help="keep each run's nsqd log here (run-N.log)")
     args = parser.parse_args(argv)
     earliest, latest = (float(x) for x in args.kill_window.split(","))
     rng = random.Random(args.seed)
@@ -288,7 +293,8 @@ def main(argv: list[str]) -> int:
             print(f"stopping after {index - 1} runs: --max-seconds reached")
             break
         data = tempfile.mkdtemp(prefix="crash_inflight_")
-        nsqd = Nsqd(command, data, args.nsqd_args.split())
+        log = os.path.join(args.log_dir, f"run-{index}.log") if args.log_dir else None
+        nsqd = Nsqd(command, data, args.nsqd_args.split(), log)
         try:
             nsqd.start()
             nsqd.request("POST", f"/topic/create?topic={TOPIC}")

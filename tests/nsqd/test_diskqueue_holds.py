@@ -4,6 +4,7 @@ by Go's diskqueue (the files keep go-diskqueue's format; only the position writt
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -65,13 +66,18 @@ def test_files_go_only_when_the_committed_position_leaves_them(tmp_path: Path) -
     assert again == first  # held, so read again
     queue.release(first_hold)  # a hold from before the restart means nothing now
     assert queue.positions()[1:3] == (0, 0)
-    holds = [again_hold] + [take(queue)[1] for _ in range(7)]
+    # the side file written at close: records 1-6 were finished, so the next is record 7
+    seventh, seventh_hold = take(queue)
+    assert seventh == bytes([7]) * 46
+    holds = [again_hold, seventh_hold]
+    while (got := queue.get_held()) is not None:
+        holds.append(got[1])
+    assert len(holds) == 2 + 4
     for hold in holds:
         queue.release(hold)
     queue.close()
-    # the reader left file 3 after record 7 and no hold keeps anything before it
-    assert data_file_numbers(tmp_path, "q") == [4, 5]
-    assert read_meta(tmp_path, "q") == (4, 4, 0, 5, 100)
+    assert data_file_numbers(tmp_path, "q") == [5]
+    assert read_meta(tmp_path, "q") == (0, 5, 100, 5, 100)
 
 
 def test_put_held_hands_out_only_when_nothing_waits(tmp_path: Path) -> None:
@@ -153,9 +159,52 @@ def test_a_restart_reads_every_unreleased_record(
             queue.release(hold)
             unreleased[record] -= 1
     queue.close()
-    reopened = open_queue(directory, LogRecorder(), max_bytes=300, min_size=1, max_size=200)
-    found = Counter(drain(reopened))
+    side_file = directory / "q.diskqueue.held.dat"
+    for side in (True, False):  # without it, as after Go ran on the directory
+        copy = directory / ("ours" if side else "go")
+        copy.mkdir()
+        for path in directory.glob("q.*"):
+            if side or path != side_file:
+                shutil.copy(path, copy / path.name)
+        reopened = held_queue(copy, max_bytes=300)
+        found: Counter[bytes] = Counter()
+        while (got := reopened.get_held()) is not None:
+            found[got[0]] += 1
+        reopened.close()
+        assert not +(unreleased - found), "records lost"
+        assert set(found) <= stored, "records never put"
+        assert max(found.values(), default=1) == 1, "a record read twice"
+        if side:  # the side file written at close: exactly the unreleased records come back
+            assert found == +unreleased
+
+
+def test_side_file_skips_records_finished_before_the_restart(tmp_path: Path) -> None:
+    queue = held_queue(tmp_path)
+    for i in range(6):
+        queue.put(b"r%d" % i + bytes(8))
+    taken = [take(queue) for _ in range(5)]
+    for index in (1, 2, 4):
+        queue.release(taken[index][1])
+    queue.close()  # r0 and r3 unfinished, r5 never read
+    assert read_meta(tmp_path, "q")[1:3] == (0, 0)
+
+    reopened = held_queue(tmp_path)
+    assert [take(reopened)[0][:2] for _ in range(3)] == [b"r0", b"r3", b"r5"]
+    assert reopened.get_held() is None
     reopened.close()
-    assert not +(unreleased - found), "records lost"
-    assert set(found) <= stored, "records never put"
-    assert max(found.values(), default=1) == 1, "a record read twice"
+
+
+def test_side_file_not_matching_the_metadata_is_ignored(tmp_path: Path) -> None:
+    queue = held_queue(tmp_path)
+    for i in range(4):
+        queue.put(b"r%d" % i + bytes(8))
+    first = take(queue)
+    queue.release(take(queue)[1])
+    queue.close()
+    assert first[0][:2] == b"r0"
+    meta = tmp_path / "q.diskqueue.meta.dat"
+    meta.write_bytes(meta.read_bytes().replace(b"4\n", b"4 \n", 1))  # same positions, other text
+
+    reopened = held_queue(tmp_path)
+    assert [take(reopened)[0][:2] for _ in range(4)] == [b"r0", b"r1", b"r2", b"r3"]
+    reopened.close()

@@ -69,7 +69,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from ..internal.lg import RepeatSummary
-from .read_holds import Hold, ReadHolds
+from .read_holds import HELD_FILE_SUFFIX, Hold, ReadHolds, SkipPlan, decode_held, encode_held
 
 __all__ = ["DiskQueue", "DiskQueueError", "DiskQueuePositions", "LogFunc", "queue_names"]
 
@@ -118,7 +118,7 @@ class _SyncJob:
     file, not the descriptor, and the loop may close or roll its write descriptor meanwhile.
     """
 
-    __slots__ = ("doomed_paths", "fsync_paths", "meta_text", "seq")
+    __slots__ = ("doomed_paths", "fsync_paths", "held_text", "meta_text", "seq")
 
     def __init__(
         self, seq: int, meta_text: bytes, fsync_paths: list[str], doomed_paths: list[str]
@@ -127,6 +127,7 @@ class _SyncJob:
         self.meta_text = meta_text
         self.fsync_paths = fsync_paths  # finished write files not yet fsynced + the current one
         self.doomed_paths = doomed_paths  # consumed files to delete once metadata moved on
+        self.held_text: bytes | None = None  # hold_reads: the side file (read_holds.py)
 
 
 class _SyncResult:
@@ -179,6 +180,8 @@ class DiskQueue:
         "_retired_paths",
         "_retry_at",
         "_retry_delay",
+        "_skip_plan",
+        "_start_meta",
         "_sync_every",
         "_sync_lock",
         "_sync_loop",
@@ -245,6 +248,8 @@ class DiskQueue:
         # issue 22 (hold_reads): records read but not finished; None is Go's behaviour
         self._holds: ReadHolds | None = None
         self._committed_file = 0  # files before this one are wholly finished
+        self._skip_plan: SkipPlan | None = None  # records finished before a restart
+        self._start_meta = b""  # the metadata file as found at start-up
 
         self._retrieve_metadata()
         self._skip_missing_read_files()
@@ -276,16 +281,47 @@ class DiskQueue:
         if self._holds is None:
             self._holds = ReadHolds()
             self._committed_file = self._read_file_num
+            self._skip_plan = self._load_held_file()
 
     def get_held(self) -> tuple[bytes, Hold] | None:
-        """``get``, and the hold that keeps the record on disk until it is released."""
-        record = self.get()
-        if record is None:
-            return None
+        """``get``, and the hold that keeps the record on disk until it is released; skips
+        the records the side file says were finished before a restart."""
         holds = self._holds
         assert holds is not None, "get_held() needs hold_reads()"
-        newest = holds.newest()
-        return record, newest if newest is not None else _released()
+        while True:
+            record = self.get()
+            if record is None:
+                return None
+            newest = holds.newest()
+            hold = newest if newest is not None else _released()
+            plan = self._skip_plan
+            if plan is not None:
+                start = (hold.file_num, hold.pos)
+                if start >= plan.cursor:
+                    self._skip_plan = None
+                elif start not in plan.unfinished:
+                    self.release(hold)
+                    continue
+            return record, hold
+
+    def held_file_name(self) -> str:
+        return os.path.join(self._data_path, self._name + HELD_FILE_SUFFIX)
+
+    def _load_held_file(self) -> SkipPlan | None:
+        try:
+            with open(self.held_file_name(), "rb") as side:
+                data = side.read()
+        except OSError:
+            return None
+        plan = decode_held(data, self._start_meta)
+        if plan is not None:
+            committed = (self._read_file_num, self._read_pos)
+            self._log(
+                "INFO",
+                f"DISKQUEUE({self._name}): {len(plan.unfinished)} unfinished records between "
+                f"{committed} and {plan.cursor}; the others there were finished",
+            )
+        return plan
 
     def put_held(self, data: bytes) -> Hold | None:
         """Append a record that is handed out at once, when nothing waits before it (the
@@ -309,15 +345,22 @@ class DiskQueue:
     def release(self, hold: Hold) -> None:
         """The held record's message is finished (or stored again as a newer record)."""
         holds = self._holds
-        if holds is not None and holds.release(hold):
-            self._committed_moved()
+        if holds is None or hold.done:
+            return
+        # every release counts toward a sync, so the side file soon knows it is finished
+        if not self._count:
+            self._dirty_since = time.monotonic()
+        self._count += 1
+        if holds.release(hold):
+            self._drop_finished_files()
 
     def release_all(self) -> None:
         """Every held message is stored again (a clean shutdown flushed them to the tail)."""
         holds = self._holds
         if holds is not None and len(holds):
             holds.clear()
-            self._committed_moved()
+            self._count += 1
+            self._drop_finished_files()
 
     def _committed(self) -> tuple[int, int, int]:
         """(depth, read file, read position) as the metadata records them."""
@@ -327,12 +370,6 @@ class DiskQueue:
             if oldest is not None:
                 return self._depth + len(holds), oldest.file_num, oldest.pos
         return self._depth, self._read_file_num, self._read_pos
-
-    def _committed_moved(self) -> None:
-        if not self._count:
-            self._dirty_since = time.monotonic()
-        self._count += 1
-        self._drop_finished_files()
 
     def _drop_finished_files(self) -> None:
         """Files wholly before the committed position are deleted by the next sync."""
@@ -798,6 +835,8 @@ class DiskQueue:
         if self._holds is not None:
             self._holds.clear()
             self._committed_file = self._read_file_num
+            self._skip_plan = None
+        _remove_quietly(self.held_file_name())
         return failure
 
     def _retrieve_metadata(self) -> None:
@@ -812,6 +851,7 @@ class DiskQueue:
                 f"DISKQUEUE({self._name}) failed to retrieveMetaData - {_describe(exc)}",
             )
             return
+        self._start_meta = text
         match = _META_PATTERN.match(text)
         if match is None:
             self._log(
@@ -974,6 +1014,10 @@ class DiskQueue:
         if self._write_fd is not None:
             fsync_paths.append(self.file_name(self._write_file_num))
         job = _SyncJob(self._sync_seq, meta_text, fsync_paths, self._doomed_paths)
+        holds = self._holds
+        if holds is not None:
+            cursor = (self._read_file_num, self._read_pos)
+            job.held_text = encode_held(meta_text, cursor, holds.unfinished())
         self._retired_paths = []
         self._doomed_paths = []
         self._count = 0
@@ -995,7 +1039,7 @@ class DiskQueue:
         persist_error: OSError | None = None
         if ok:
             try:
-                self._persist_metadata(job.seq, job.meta_text)
+                self._persist_metadata(job.seq, job.meta_text, job.held_text)
             except OSError as exc:
                 persist_error = exc
         if (not ok or persist_error is not None) and job.doomed_paths:
@@ -1005,7 +1049,7 @@ class DiskQueue:
             self._remove_doomed(job, errors)
             if persist_error is not None:
                 try:
-                    self._persist_metadata(job.seq, job.meta_text)
+                    self._persist_metadata(job.seq, job.meta_text, job.held_text)
                     persist_error = None
                 except OSError as exc:
                     persist_error = exc
@@ -1030,8 +1074,25 @@ class DiskQueue:
                 kept.append(path)  # e.g. a read-only data path: try again at the next sync
         job.doomed_paths = kept
 
-    def _persist_metadata(self, seq: int, text: bytes) -> None:
-        """Write the metadata to a temporary file, fsync it and rename it over the real one."""
+    def _write_held_file(self, text: bytes) -> None:
+        """The side file, right after the metadata it names (read_holds.py). Not fsynced:
+        after a power cut an old or empty one no longer matches the metadata and is ignored."""
+        tmp_path = f"{self._meta_path}.{random.getrandbits(63)}.tmp"  # cleaned like the meta's
+        try:
+            fd = os.open(
+                tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN_FLAGS_CLOEXEC, 0o600
+            )
+            try:
+                os.write(fd, text)
+            finally:
+                os.close(fd)
+            os.rename(tmp_path, self.held_file_name())
+        except OSError:
+            _remove_quietly(tmp_path)  # only an optimisation: everything is read again
+
+    def _persist_metadata(self, seq: int, text: bytes, held_text: bytes | None = None) -> None:
+        """Write the metadata to a temporary file, fsync it and rename it over the real one;
+        then the side file that goes with it, if any."""
         tmp_path = f"{self._meta_path}.{random.getrandbits(63)}.tmp"
         fd = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _OPEN_FLAGS_CLOEXEC, 0o600)
         try:
@@ -1044,6 +1105,8 @@ class DiskQueue:
                 if seq > self._persisted_seq:
                     os.rename(tmp_path, self._meta_path)
                     self._persisted_seq = seq
+                    if held_text is not None:
+                        self._write_held_file(held_text)
                     return
         except BaseException:
             _remove_quietly(tmp_path)

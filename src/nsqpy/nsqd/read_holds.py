@@ -7,13 +7,29 @@ its message is in flight or deferred. The committed position is the start of the
 record (the cursor when nothing is held), so it only ever passes records whose messages are
 finished, requeued as a newer record, or dead-lettered; after a SIGKILL everything held is read
 again. This module is the bookkeeping only; the queue does the I/O.
+
+A SIGKILL would then redeliver every record after the oldest held one, finished or not (a
+message deferred for a minute holds back a minute of traffic). To avoid that, each sync also
+writes ``<queue>.diskqueue.held.dat`` (nsqpy's; Go ignores it): the metadata text it belongs
+with, the cursor, and the unfinished records between the two positions. At start-up, if the
+metadata file is exactly the one it names, records before that cursor and not in its list are
+skipped: they were finished when it was written, and a finished message stays finished. Any
+mismatch (a crash between the two writes, Go having run on the directory) ignores the file and
+everything is read again, which is merely slower.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
+from typing import NamedTuple
 
-__all__ = ["Hold", "ReadHolds"]
+__all__ = ["HELD_FILE_SUFFIX", "Hold", "ReadHolds", "SkipPlan", "decode_held", "encode_held"]
+
+#: ``<queue name>`` + this: the side file described in the module docstring
+HELD_FILE_SUFFIX = ".diskqueue.held.dat"
+_VERSION = 1
+Position = tuple[int, int]  # (file number, offset)
 
 
 class Hold:
@@ -30,16 +46,21 @@ class Hold:
 class ReadHolds:
     """Held records in disk order; releasing the oldest moves the committed position."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_unfinished")
 
     def __init__(self) -> None:
         self._entries: deque[Hold] = deque()
+        self._unfinished: dict[Hold, None] = {}  # in disk order, for the side file
 
     def add(self, file_num: int, pos: int) -> Hold:
         """Hold the record starting at ``file_num``/``pos`` (it follows every held one)."""
         hold = Hold(file_num, pos)
         self._entries.append(hold)
+        self._unfinished[hold] = None
         return hold
+
+    def unfinished(self) -> list[Position]:
+        return [(hold.file_num, hold.pos) for hold in self._unfinished]
 
     def release(self, hold: Hold) -> bool:
         """Mark ``hold`` done; True when that moved the committed position.
@@ -50,6 +71,7 @@ class ReadHolds:
         if hold.done:
             return False
         hold.done = True
+        self._unfinished.pop(hold, None)
         entries = self._entries
         if not entries or entries[0] is not hold:
             return False
@@ -69,6 +91,38 @@ class ReadHolds:
         for hold in self._entries:
             hold.done = True
         self._entries.clear()
+        self._unfinished.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class SkipPlan(NamedTuple):
+    """From a side file that matches the metadata: records before ``cursor`` are skipped
+    unless they start at one of ``unfinished``."""
+
+    cursor: Position
+    unfinished: frozenset[Position]
+
+
+def encode_held(meta_text: bytes, cursor: Position, unfinished: list[Position]) -> bytes:
+    body = {
+        "version": _VERSION,
+        "metadata": meta_text.decode(),
+        "cursor": list(cursor),
+        "unfinished": unfinished,
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_held(data: bytes, meta_text: bytes) -> SkipPlan | None:
+    """The plan if ``data`` is a side file written with exactly ``meta_text``, else None."""
+    try:
+        body = json.loads(data)
+        if body["version"] != _VERSION or body["metadata"].encode() != meta_text:
+            return None
+        file_num, pos = body["cursor"]
+        unfinished = frozenset((int(f), int(p)) for f, p in body["unfinished"])
+        return SkipPlan((int(file_num), int(pos)), unfinished)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -69,7 +69,16 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from ..internal.lg import RepeatSummary
-from .read_holds import HELD_FILE_SUFFIX, Hold, ReadHolds, SkipPlan, decode_held, encode_held
+from .read_holds import (
+    BOUNDARY_BYTES,
+    HELD_FILE_SUFFIX,
+    SIDE_FILE_INTERVAL,
+    Hold,
+    ReadHolds,
+    SkipPlan,
+    decode_held,
+    encode_held,
+)
 
 __all__ = ["DiskQueue", "DiskQueueError", "DiskQueuePositions", "LogFunc", "queue_names"]
 
@@ -152,6 +161,7 @@ class DiskQueue:
     """A filesystem-backed FIFO queue of byte records (see the module docstring)."""
 
     __slots__ = (
+        "_boundary",
         "_closed",
         "_committed_file",
         "_count",
@@ -180,8 +190,9 @@ class DiskQueue:
         "_retired_paths",
         "_retry_at",
         "_retry_delay",
+        "_side_stale",
+        "_side_written_at",
         "_skip_plan",
-        "_start_meta",
         "_sync_every",
         "_sync_lock",
         "_sync_loop",
@@ -249,7 +260,9 @@ class DiskQueue:
         self._holds: ReadHolds | None = None
         self._committed_file = 0  # files before this one are wholly finished
         self._skip_plan: SkipPlan | None = None  # records finished before a restart
-        self._start_meta = b""  # the metadata file as found at start-up
+        self._boundary: tuple[int, int, bytes] | None = None  # the last record read
+        self._side_written_at = 0.0  # monotonic
+        self._side_stale = False  # a sync left the side file out (too soon after the last)
 
         self._retrieve_metadata()
         self._skip_missing_read_files()
@@ -294,6 +307,7 @@ class DiskQueue:
                 return None
             newest = holds.newest()
             hold = newest if newest is not None else _released()
+            self._boundary = (hold.file_num, hold.pos, record)
             plan = self._skip_plan
             if plan is not None:
                 start = (hold.file_num, hold.pos)
@@ -313,15 +327,37 @@ class DiskQueue:
                 data = side.read()
         except OSError:
             return None
-        plan = decode_held(data, self._start_meta)
-        if plan is not None:
-            committed = (self._read_file_num, self._read_pos)
-            self._log(
-                "INFO",
-                f"DISKQUEUE({self._name}): {len(plan.unfinished)} unfinished records between "
-                f"{committed} and {plan.cursor}; the others there were finished",
-            )
+        plan = decode_held(data)
+        committed = (self._read_file_num, self._read_pos)
+        if plan is None or plan.cursor <= committed or not self._boundary_found(plan):
+            return None  # nothing it could skip, or it describes other records
+        self._log(
+            "INFO",
+            f"DISKQUEUE({self._name}): {len(plan.unfinished)} unfinished records between "
+            f"{committed} and {plan.cursor}; the others there were finished",
+        )
         return plan
+
+    def _boundary_found(self, plan: SkipPlan) -> bool:
+        """The side file's boundary record is on disk where it says, byte for byte."""
+        file_num, pos = plan.boundary
+        if (file_num, pos) >= plan.cursor or plan.cursor > (self._write_file_num, self._write_pos):
+            return False
+        try:
+            fd = os.open(self.file_name(file_num), os.O_RDONLY | _OPEN_FLAGS_CLOEXEC)
+            try:
+                found = os.pread(fd, 4 + BOUNDARY_BYTES, pos)
+            finally:
+                os.close(fd)
+        except OSError:
+            return False
+        if len(found) < 4:
+            return False
+        (size,) = _LENGTH.unpack_from(found)
+        expected = min(size, BOUNDARY_BYTES)
+        return (
+            expected == len(plan.boundary_bytes) and found[4 : 4 + expected] == plan.boundary_bytes
+        )
 
     def put_held(self, data: bytes) -> Hold | None:
         """Append a record that is handed out at once, when nothing waits before it (the
@@ -334,6 +370,7 @@ class DiskQueue:
             return None
         self.put(data)
         hold = holds.add(self._write_file_num, self._write_pos - 4 - len(data))
+        self._boundary = (hold.file_num, hold.pos, data)
         old_file_num = self._read_file_num
         self._read_file_num = self._write_file_num
         self._read_pos = self._write_pos
@@ -498,7 +535,7 @@ class DiskQueue:
         if self._closed:
             return
         self._log("INFO", f"DISKQUEUE({self._name}): closing")
-        job = self._take_sync_job()
+        job = self._take_sync_job(final=True)
         self._closed = True
         self._close_files()
         result = self._run_sync_job(job)
@@ -514,6 +551,8 @@ class DiskQueue:
         if self._retry_at and time.monotonic() < self._retry_at:
             return False
         if self._need_sync:
+            return True
+        if self._side_stale and time.monotonic() - self._side_written_at >= SIDE_FILE_INTERVAL:
             return True
         if self._count == 0:
             return False
@@ -836,6 +875,7 @@ class DiskQueue:
             self._holds.clear()
             self._committed_file = self._read_file_num
             self._skip_plan = None
+            self._boundary = None
         _remove_quietly(self.held_file_name())
         return failure
 
@@ -851,7 +891,6 @@ class DiskQueue:
                 f"DISKQUEUE({self._name}) failed to retrieveMetaData - {_describe(exc)}",
             )
             return
-        self._start_meta = text
         match = _META_PATTERN.match(text)
         if match is None:
             self._log(
@@ -976,7 +1015,7 @@ class DiskQueue:
     # ------------------------------------------------------------------------------ syncing
 
     def _has_unsynced_changes(self) -> bool:
-        return self._need_sync or self._count > 0
+        return self._need_sync or self._count > 0 or self._side_stale
 
     def _request_sync(self) -> None:
         """Mark a sync as needed now; start one if an event loop is running here."""
@@ -1003,7 +1042,7 @@ class DiskQueue:
             # was folded into it): nothing else would start the sync that covers it
             self._request_sync()
 
-    def _take_sync_job(self) -> _SyncJob:
+    def _take_sync_job(self, final: bool = False) -> _SyncJob:
         """Snapshot the state to persist; runs on the loop thread."""
         self._sync_seq += 1
         depth, read_file_num, read_pos = self._committed()
@@ -1014,15 +1053,30 @@ class DiskQueue:
         if self._write_fd is not None:
             fsync_paths.append(self.file_name(self._write_file_num))
         job = _SyncJob(self._sync_seq, meta_text, fsync_paths, self._doomed_paths)
-        holds = self._holds
-        if holds is not None:
-            cursor = (self._read_file_num, self._read_pos)
-            job.held_text = encode_held(meta_text, cursor, holds.unfinished())
+        if self._holds is not None:
+            job.held_text = self._side_file_due(final)
         self._retired_paths = []
         self._doomed_paths = []
         self._count = 0
         self._need_sync = False
         return job
+
+    def _side_file_due(self, final: bool) -> bytes | None:
+        """The side file's contents if one is due (read_holds.py): at most one per interval,
+        since it lists every unfinished record; ``sync_due`` asks for the one put off."""
+        boundary = self._boundary
+        holds = self._holds
+        if boundary is None or holds is None:
+            return None
+        now = time.monotonic()
+        if not final and now - self._side_written_at < SIDE_FILE_INTERVAL:
+            self._side_stale = True
+            return None
+        self._side_stale = False
+        self._side_written_at = now
+        file_num, pos, record = boundary
+        cursor = (self._read_file_num, self._read_pos)
+        return encode_held(cursor, holds.unfinished(), (file_num, pos), record[:BOUNDARY_BYTES])
 
     def _run_sync_job(self, job: _SyncJob) -> _SyncResult:
         """fsync, write the metadata, delete consumed files; may run in a worker thread."""

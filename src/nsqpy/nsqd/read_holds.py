@@ -9,26 +9,42 @@ finished, requeued as a newer record, or dead-lettered; after a SIGKILL everythi
 again. This module is the bookkeeping only; the queue does the I/O.
 
 A SIGKILL would then redeliver every record after the oldest held one, finished or not (a
-message deferred for a minute holds back a minute of traffic). To avoid that, each sync also
-writes ``<queue>.diskqueue.held.dat`` (nsqpy's; Go ignores it): the metadata text it belongs
-with, the cursor, and the unfinished records between the two positions. At start-up, if the
-metadata file is exactly the one it names, records before that cursor and not in its list are
-skipped: they were finished when it was written, and a finished message stays finished. Any
-mismatch (a crash between the two writes, Go having run on the directory) ignores the file and
+message deferred for a minute holds back a minute of traffic). To avoid most of that, syncs
+also write ``<queue>.diskqueue.held.dat`` (nsqpy's; Go ignores it), at most every
+``SIDE_FILE_INTERVAL`` seconds: the cursor, the unfinished records before it, and the start and
+first bytes of the last record read (its *boundary*). At start-up, records before that cursor
+and not in its list are skipped: they were finished when the file was written, and a finished
+message stays finished, whatever the metadata written since. This needs the file to describe
+the same records as the queue on disk now: the boundary record must still be there, byte for
+byte (a message's first bytes hold its timestamp and unique ID), or the file is ignored and
 everything is read again, which is merely slower.
 """
 
 from __future__ import annotations
 
-import json
+import struct
 from collections import deque
 from typing import NamedTuple
 
-__all__ = ["HELD_FILE_SUFFIX", "Hold", "ReadHolds", "SkipPlan", "decode_held", "encode_held"]
+__all__ = [
+    "BOUNDARY_BYTES",
+    "HELD_FILE_SUFFIX",
+    "SIDE_FILE_INTERVAL",
+    "Hold",
+    "ReadHolds",
+    "SkipPlan",
+    "decode_held",
+    "encode_held",
+]
 
 #: ``<queue name>`` + this: the side file described in the module docstring
 HELD_FILE_SUFFIX = ".diskqueue.held.dat"
-_VERSION = 1
+#: at most one side file per this many seconds (it lists every unfinished record)
+SIDE_FILE_INTERVAL = 0.1
+#: how many leading bytes of the boundary record identify it
+BOUNDARY_BYTES = 64
+_MAGIC = b"nsqpyHR1"
+_SIDE_HEADER = struct.Struct("<8sqqqqHq")
 Position = tuple[int, int]  # (file number, offset)
 
 
@@ -98,31 +114,33 @@ class ReadHolds:
 
 
 class SkipPlan(NamedTuple):
-    """From a side file that matches the metadata: records before ``cursor`` are skipped
-    unless they start at one of ``unfinished``."""
+    """From a side file: records before ``cursor`` are skipped unless they start at one of
+    ``unfinished``; valid only if the record at ``boundary`` starts with ``boundary_bytes``."""
 
     cursor: Position
     unfinished: frozenset[Position]
+    boundary: Position
+    boundary_bytes: bytes
 
 
-def encode_held(meta_text: bytes, cursor: Position, unfinished: list[Position]) -> bytes:
-    body = {
-        "version": _VERSION,
-        "metadata": meta_text.decode(),
-        "cursor": list(cursor),
-        "unfinished": unfinished,
-    }
-    return json.dumps(body, separators=(",", ":")).encode()
+def encode_held(
+    cursor: Position, unfinished: list[Position], boundary: Position, boundary_bytes: bytes
+) -> bytes:
+    flat = [number for position in unfinished for number in position]
+    head = _SIDE_HEADER.pack(_MAGIC, *cursor, *boundary, len(boundary_bytes), len(unfinished))
+    return head + boundary_bytes + struct.pack(f"<{len(flat)}q", *flat)
 
 
-def decode_held(data: bytes, meta_text: bytes) -> SkipPlan | None:
-    """The plan if ``data`` is a side file written with exactly ``meta_text``, else None."""
-    try:
-        body = json.loads(data)
-        if body["version"] != _VERSION or body["metadata"].encode() != meta_text:
-            return None
-        file_num, pos = body["cursor"]
-        unfinished = frozenset((int(f), int(p)) for f, p in body["unfinished"])
-        return SkipPlan((int(file_num), int(pos)), unfinished)
-    except (ValueError, KeyError, TypeError, AttributeError):
+def decode_held(data: bytes) -> SkipPlan | None:
+    """The plan in a side file, or None if it is not one (torn, another version)."""
+    if len(data) < _SIDE_HEADER.size:
         return None
+    magic, cur_file, cur_pos, bnd_file, bnd_pos, prefix, count = _SIDE_HEADER.unpack_from(data)
+    body = _SIDE_HEADER.size + prefix
+    if magic != _MAGIC or len(data) != body + 16 * count:
+        return None
+    flat = struct.unpack_from(f"<{2 * count}q", data, body)
+    unfinished = frozenset(zip(flat[::2], flat[1::2], strict=True))
+    return SkipPlan(
+        (cur_file, cur_pos), unfinished, (bnd_file, bnd_pos), data[_SIDE_HEADER.size : body]
+    )

@@ -207,6 +207,10 @@ class Channel:
             msgs.append(msg)
         return msgs
 
+    def early_ids(self) -> set[bytes]:
+        """IDs of deferred messages whose record waits in the queue (module docstring)."""
+        return set(self._early)
+
     def _release(self, msg: Message) -> None:
         """``msg`` is finished or stored elsewhere: its record need not be kept."""
         hold = msg.hold

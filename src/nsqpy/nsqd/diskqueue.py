@@ -53,6 +53,18 @@ Where this module deliberately differs from go-diskqueue (none of it changes the
 * The tail checks (depth reset, read position past write position) also run at start-up.
 * A reader that has caught up with the writer when the writer rolls to a new file moves on
   instead of flagging the finished file as corrupt (go-diskqueue issue #42 renames it to .bad).
+
+Held reads (issue 22; nsqd turns them on for channels under ``--mem-queue-size=0
+--sync-every=1``): after ``hold_reads()`` the metadata records a *committed* read position, the
+start of the oldest record handed out by ``get_held``/``put_held`` and not yet ``release``d,
+while an in-memory cursor runs ahead; files are deleted once that position leaves them. So a
+SIGKILL loses no message in flight or deferred: it is read again, by us or by Go's diskqueue
+(the files and the metadata keep Go's format; Go just sees an older read position). Chosen over
+a journal of in-flight messages because it writes no second copy of a body and Go reads it.
+A record keeps the attempts it was written with (a redelivery raises them back to what the
+consumer saw); a requeue appends a newer record with its attempts before the old is released.
+The bookkeeping, and the side file that spares finished records a redelivery, are in
+read_holds.py.
 """
 
 from __future__ import annotations
@@ -65,7 +77,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from ..internal.lg import RepeatSummary
@@ -416,6 +428,46 @@ class DiskQueue:
                 self._doomed_paths.append(self.file_name(finished))
             self._committed_file = file_num
             self._request_sync()
+
+    def peek(self, limit: int) -> Iterator[bytes]:
+        """Up to ``limit`` records from the read cursor on, read from the files on their own:
+        nothing of the queue moves (no position, buffer, depth or sync count). A record that
+        is incomplete or has a bad size ends the peek (the reader will report it)."""
+        if limit <= 0 or self._depth <= 0:
+            return
+        file_num, offset = self._read_file_num, self._read_pos
+        write_file_num, write_pos = self._write_file_num, self._write_pos
+        produced = 0
+        while produced < limit and file_num <= write_file_num:
+            end = write_pos if file_num == write_file_num else None
+            try:
+                fd = os.open(self.file_name(file_num), os.O_RDONLY | _OPEN_FLAGS_CLOEXEC)
+            except FileNotFoundError:
+                fd = -1  # consumed and removed meanwhile: go on with the next file
+            if fd >= 0:
+                try:
+                    for record in self._peek_file(fd, offset, end):
+                        yield record
+                        produced += 1
+                        if produced >= limit:
+                            return
+                finally:
+                    os.close(fd)
+            file_num += 1
+            offset = 0
+
+    def _peek_file(self, fd: int, offset: int, end: int | None) -> Iterator[bytes]:
+        if end is None:
+            end = os.fstat(fd).st_size
+        while offset + 4 <= end:
+            header = os.pread(fd, 4, offset)
+            if len(header) < 4:
+                return
+            (size,) = _LENGTH.unpack(header)
+            if size < self._min_msg_size or size > self._max_msg_size or offset + 4 + size > end:
+                return
+            yield os.pread(fd, size, offset + 4)
+            offset += 4 + size
 
     def file_name(self, file_num: int) -> str:
         return os.path.join(self._data_path, f"{self._name}.diskqueue.{file_num:06d}.dat")

@@ -13,10 +13,12 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 from nsqpy.testing import DaemonProcess
 
 from ..raw_v2 import Message, NsqConn, channel_stats, http_ok, wait_until
-from .nsqd_storage_support import gather, launch, start_again
+from .nsqd_storage_support import gather, launch, read_meta, start_again
 
 DURABLE = ("--mem-queue-size=0", "--sync-every=1", "--msg-timeout=1s")
 LONG_MS = 60_000  # deferrals and msg_timeouts that do not end during the test
@@ -179,3 +181,43 @@ def test_clean_restart_in_durable_mode_keeps_deferrals_and_attempts(
     conn.expect_nothing(0.5)
     conn.close()
     assert channel_state(nsqd) == (0, 0, 0)
+
+
+def test_a_long_deferral_does_not_hold_back_the_committed_position(
+    tmp_path: Path, daemons: list[DaemonProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message REQ'd for a minute at the head of the held records is stored again at the
+    tail once the committed position keeps more than NSQPY_HELD_RELOCATE_AFTER records, so
+    the metadata moves on (files can go), and the message still survives a SIGKILL."""
+    monkeypatch.setenv("NSQPY_HELD_RELOCATE_AFTER", "50")
+    nsqd = launch(daemons, tmp_path, *DURABLE)
+    http_ok(nsqd, "POST", "/topic/create?topic=crash")
+    http_ok(nsqd, "POST", "/channel/create?topic=crash&channel=c")
+    wait_until(lambda: listed_with_channel(tmp_path, "crash"))
+    publisher = NsqConn(nsqd.tcp_address)
+    publisher.pub("crash", b"deferred")
+    consumer = NsqConn(nsqd.tcp_address)
+    consumer.identify(msg_timeout=LONG_MS)
+    consumer.sub("crash", "c")
+    consumer.rdy(1)
+    first = consumer.expect_message()
+    consumer.req(first.id, LONG_MS)
+    later = [b"later-%03d" % i for i in range(200)]
+    publisher.mpub("crash", later)
+    consumer.rdy(50)
+    for _ in later:
+        consumer.fin(consumer.expect_message().id)
+    wait_until(
+        lambda: read_meta(tmp_path, "crash:c").read_pos > 0,
+        what="the committed read position leaving the deferred message's first record",
+    )
+    assert channel_state(nsqd)[2] == 1
+
+    assert nsqd.kill() == -signal.SIGKILL
+    consumer.close()
+    publisher.close()
+    start_again(nsqd)
+    received = consume_until_all(nsqd, [b"deferred"], timeout=10)
+    assert b"deferred" in {m.body for m in received}
+    again = [m for m in received if m.body != b"deferred"]
+    assert len(again) < len(later), "a restart delivered every finished message again"

@@ -19,6 +19,7 @@ instead of a delivery; if the deferral ends first, that record is delivered when
 from __future__ import annotations
 
 import heapq
+import os
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
     from .diskqueue import DiskQueue
     from .nsqd import NSQD
     from .topic import Topic
+
+
+#: held mode: once the committed position keeps more records than this, a deferred message at
+#: its head is stored again at the tail (``_relocate_deferred``); the tests lower it
+RELOCATE_AFTER = int(os.environ.get("NSQPY_HELD_RELOCATE_AFTER", "100000"))
 
 
 class ChannelError(Exception):
@@ -508,7 +514,30 @@ class Channel:
                 continue
             dirty = True
             self.requeue(msg)
+        queue = self.held_queue
+        if queue is not None and queue.held()[0] > RELOCATE_AFTER:
+            self._relocate_deferred(queue)
         return dirty
+
+    def _relocate_deferred(self, queue: DiskQueue) -> None:
+        """A message deferred for long at the head of the held records keeps every later
+        record (and its files, and their bookkeeping) for its whole deferral: store it again
+        at the tail, early (module docstring), so the committed position moves on. In-flight
+        heads are left alone: their timeout bounds them."""
+        owners = {m.hold: m for m in self.deferred.values() if m.hold is not None}
+        count, head = queue.held()
+        while count > RELOCATE_AFTER:
+            msg = owners.pop(head, None)
+            if msg is None:
+                return
+            try:
+                self.nsqd.write_to_backend(queue, msg, f"CHANNEL({self.name})", self.memory_queue)
+            except BackendWriteError:
+                return
+            self._early[msg.id] = msg
+            msg.hold = None
+            queue.release(head)
+            count, head = queue.held()
 
     # ------------------------------------------------------------------ state
 

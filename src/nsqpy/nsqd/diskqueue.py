@@ -83,9 +83,12 @@ from typing import NamedTuple
 from ..internal.lg import RepeatSummary
 from .read_holds import (
     BOUNDARY_BYTES,
+    HEAD_MOVED,
     HELD_FILE_SUFFIX,
+    NO_HOLD,
     SIDE_FILE_INTERVAL,
     Hold,
+    Position,
     ReadHolds,
     SkipPlan,
     decode_held,
@@ -173,7 +176,6 @@ class DiskQueue:
     """A filesystem-backed FIFO queue of byte records (see the module docstring)."""
 
     __slots__ = (
-        "_boundary",
         "_closed",
         "_committed_file",
         "_count",
@@ -184,6 +186,9 @@ class DiskQueue:
         "_failures",
         "_holds",
         "_kicked_sync",
+        "_last_held",
+        "_last_record",
+        "_last_start",
         "_log",
         "_max_bytes_per_file",
         "_max_msg_size",
@@ -272,7 +277,10 @@ class DiskQueue:
         self._holds: ReadHolds | None = None
         self._committed_file = 0  # files before this one are wholly finished
         self._skip_plan: SkipPlan | None = None  # records finished before a restart
-        self._boundary: tuple[int, int, bytes] | None = None  # the last record read
+        # the last record handed out: its hold, start and bytes (the side file's boundary)
+        self._last_held: Hold = NO_HOLD
+        self._last_start: Position = (0, 0)
+        self._last_record: bytes | None = None
         self._side_written_at = 0.0  # monotonic
         self._side_stale = False  # a sync left the side file out (too soon after the last)
 
@@ -317,12 +325,11 @@ class DiskQueue:
             record = self.get()
             if record is None:
                 return None
-            newest = holds.newest()
-            hold = newest if newest is not None else _released()
-            self._boundary = (hold.file_num, hold.pos, record)
+            self._last_record = record
+            hold = self._last_held  # set by _consume
             plan = self._skip_plan
             if plan is not None:
-                start = (hold.file_num, hold.pos)
+                start = self._last_start
                 if start >= plan.cursor:
                     self._skip_plan = None
                 elif start not in plan.unfinished:
@@ -381,8 +388,9 @@ class DiskQueue:
         ):
             return None
         self.put(data)
-        hold = holds.add(self._write_file_num, self._write_pos - 4 - len(data))
-        self._boundary = (hold.file_num, hold.pos, data)
+        start = (self._write_file_num, self._write_pos - 4 - len(data))
+        hold = holds.add(start)
+        self._last_held, self._last_start, self._last_record = hold, start, data
         old_file_num = self._read_file_num
         self._read_file_num = self._write_file_num
         self._read_pos = self._write_pos
@@ -394,14 +402,25 @@ class DiskQueue:
     def release(self, hold: Hold) -> None:
         """The held record's message is finished (or stored again as a newer record)."""
         holds = self._holds
-        if holds is None or hold.done:
+        if holds is None:
+            return
+        released = holds.release(hold)
+        if not released:
             return
         # every release counts toward a sync, so the side file soon knows it is finished
         if not self._count:
             self._dirty_since = time.monotonic()
         self._count += 1
-        if holds.release(hold):
-            self._drop_finished_files()
+        if released == HEAD_MOVED:
+            oldest = holds.oldest()
+            if (oldest[0] if oldest is not None else self._read_file_num) > self._committed_file:
+                self._drop_finished_files()
+
+    def held(self) -> tuple[int, Hold]:
+        """How many records the committed position keeps (finished ones after an unfinished
+        one included), and the hold of the oldest (NO_HOLD if none)."""
+        holds = self._holds
+        return (len(holds), holds.oldest_hold()) if holds is not None else (0, NO_HOLD)
 
     def release_all(self) -> None:
         """Every held message is stored again (a clean shutdown flushed them to the tail)."""
@@ -417,7 +436,7 @@ class DiskQueue:
         if holds is not None:
             oldest = holds.oldest()
             if oldest is not None:
-                return self._depth + len(holds), oldest.file_num, oldest.pos
+                return self._depth + len(holds), oldest[0], oldest[1]
         return self._depth, self._read_file_num, self._read_pos
 
     def _drop_finished_files(self) -> None:
@@ -793,7 +812,9 @@ class DiskQueue:
         old_file_num = self._read_file_num
         holds = self._holds
         if holds is not None:  # nothing the metadata records moves until it is released
-            holds.add(old_file_num, self._read_pos)
+            start = (old_file_num, self._read_pos)
+            self._last_held = holds.add(start)
+            self._last_start = start
         else:
             if not self._count:
                 self._dirty_since = time.monotonic()
@@ -927,7 +948,8 @@ class DiskQueue:
             self._holds.clear()
             self._committed_file = self._read_file_num
             self._skip_plan = None
-            self._boundary = None
+            self._last_held = NO_HOLD
+            self._last_record = None
         _remove_quietly(self.held_file_name())
         return failure
 
@@ -1116,9 +1138,9 @@ class DiskQueue:
     def _side_file_due(self, final: bool) -> bytes | None:
         """The side file's contents if one is due (read_holds.py): at most one per interval,
         since it lists every unfinished record; ``sync_due`` asks for the one put off."""
-        boundary = self._boundary
+        record = self._last_record
         holds = self._holds
-        if boundary is None or holds is None:
+        if record is None or holds is None:
             return None
         now = time.monotonic()
         if not final and now - self._side_written_at < SIDE_FILE_INTERVAL:
@@ -1126,9 +1148,8 @@ class DiskQueue:
             return None
         self._side_stale = False
         self._side_written_at = now
-        file_num, pos, record = boundary
         cursor = (self._read_file_num, self._read_pos)
-        return encode_held(cursor, holds.unfinished(), (file_num, pos), record[:BOUNDARY_BYTES])
+        return encode_held(cursor, holds.unfinished(), self._last_start, record[:BOUNDARY_BYTES])
 
     def _run_sync_job(self, job: _SyncJob) -> _SyncResult:
         """fsync, write the metadata, delete consumed files; may run in a worker thread."""
@@ -1262,13 +1283,6 @@ class DiskQueue:
         if self._write_fd is not None:
             _close_quietly(self._write_fd)
             self._write_fd = None
-
-
-def _released() -> Hold:
-    """A hold with nothing behind it (the queue was reset while reading the record)."""
-    hold = Hold(0, 0)
-    hold.done = True
-    return hold
 
 
 def _fsync_path(path: str) -> None:

@@ -28,7 +28,9 @@ from typing import NamedTuple
 
 __all__ = [
     "BOUNDARY_BYTES",
+    "HEAD_MOVED",
     "HELD_FILE_SUFFIX",
+    "NO_HOLD",
     "SIDE_FILE_INTERVAL",
     "Hold",
     "ReadHolds",
@@ -48,69 +50,79 @@ _SIDE_HEADER = struct.Struct("<8sqqqqHq")
 Position = tuple[int, int]  # (file number, offset)
 
 
-class Hold:
-    """One held record: where it starts, and whether its message is done with it."""
+#: a hold is a number: the records held so far, in disk order, count from 0
+Hold = int
+#: a hold that holds nothing (releasing it does nothing)
+NO_HOLD: Hold = -1
 
-    __slots__ = ("done", "file_num", "pos")
-
-    def __init__(self, file_num: int, pos: int) -> None:
-        self.file_num = file_num
-        self.pos = pos
-        self.done = False
+RELEASED, HEAD_MOVED = 1, 2
 
 
 class ReadHolds:
-    """Held records in disk order; releasing the oldest moves the committed position."""
+    """Held records in disk order; releasing the oldest moves the committed position.
 
-    __slots__ = ("_entries", "_unfinished")
+    Hold ``n`` is the n-th record held; ``_starts[n - _base]`` is where it starts. Records after
+    the oldest unfinished one stay in ``_starts`` once finished: they sit between the committed
+    position and the cursor, so the metadata's depth counts them.
+    """
+
+    __slots__ = ("_base", "_starts", "_unfinished")
 
     def __init__(self) -> None:
-        self._entries: deque[Hold] = deque()
-        self._unfinished: dict[Hold, None] = {}  # in disk order, for the side file
+        self._base = 0  # the hold number of _starts[0]
+        self._starts: deque[Position] = deque()
+        self._unfinished: set[Hold] = set()
 
-    def add(self, file_num: int, pos: int) -> Hold:
-        """Hold the record starting at ``file_num``/``pos`` (it follows every held one)."""
-        hold = Hold(file_num, pos)
-        self._entries.append(hold)
-        self._unfinished[hold] = None
+    def add(self, start: Position) -> Hold:
+        """Hold the record at ``start`` (it follows every held one)."""
+        hold = self._base + len(self._starts)
+        self._starts.append(start)
+        self._unfinished.add(hold)
         return hold
 
-    def unfinished(self) -> list[Position]:
-        return [(hold.file_num, hold.pos) for hold in self._unfinished]
-
-    def release(self, hold: Hold) -> bool:
-        """Mark ``hold`` done; True when that moved the committed position.
-
-        Done records after a held one stay counted until the older one is released: they sit
-        between the committed position and the cursor, so the metadata's depth includes them.
-        """
-        if hold.done:
-            return False
-        hold.done = True
-        self._unfinished.pop(hold, None)
-        entries = self._entries
-        if not entries or entries[0] is not hold:
-            return False
-        popleft = entries.popleft
-        while entries and entries[0].done:
+    def release(self, hold: Hold) -> int:
+        """0 if ``hold`` is not held (released already, or cleared), else RELEASED, or
+        HEAD_MOVED when it was the oldest, which moves the committed position."""
+        unfinished = self._unfinished
+        if hold not in unfinished:
+            return 0
+        unfinished.discard(hold)
+        base = self._base
+        if hold != base:
+            return RELEASED
+        starts = self._starts
+        popleft = starts.popleft
+        popleft()
+        base += 1
+        while starts and base not in unfinished:
             popleft()
-        return True
+            base += 1
+        self._base = base
+        return HEAD_MOVED
 
-    def oldest(self) -> Hold | None:
-        return self._entries[0] if self._entries else None
+    def start(self, hold: Hold) -> Position | None:
+        """Where a held record starts (None once it is no longer counted)."""
+        index = hold - self._base
+        return self._starts[index] if 0 <= index < len(self._starts) else None
 
-    def newest(self) -> Hold | None:
-        return self._entries[-1] if self._entries else None
+    def oldest(self) -> Position | None:
+        return self._starts[0] if self._starts else None
+
+    def oldest_hold(self) -> Hold:
+        return self._base if self._starts else NO_HOLD
+
+    def unfinished(self) -> list[Position]:
+        base, starts = self._base, self._starts
+        return [starts[hold - base] for hold in sorted(self._unfinished)]
 
     def clear(self) -> None:
         """Forget every hold (the queue was emptied); releasing one later does nothing."""
-        for hold in self._entries:
-            hold.done = True
-        self._entries.clear()
+        self._base += len(self._starts)
+        self._starts.clear()
         self._unfinished.clear()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._starts)
 
 
 class SkipPlan(NamedTuple):

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .client_v2 import ClientV2
     from .diskqueue import DiskQueue
     from .nsqd import NSQD
+    from .read_holds import Hold
     from .topic import Topic
 
 
@@ -395,10 +396,13 @@ class Channel:
         e2e = self.e2e
         now_ns = self.nsqd.wall_ns() if e2e is not None else 0
         held = self.held_queue
+        released: list[Hold] = []  # held mode: given back in one call
+        finished = len(ids)
         for index, msg_id in enumerate(ids):
             msg = in_flight.get(msg_id)
             if msg is None or msg.client is not client:
-                return index
+                finished = index
+                break
             del in_flight[msg_id]
             group = msg.group
             if group is not None:
@@ -406,11 +410,13 @@ class Channel:
                 msg.group = None
             msg.client = None
             if held is not None and msg.hold is not None:
-                held.release(msg.hold)
+                released.append(msg.hold)
                 msg.hold = None
             if e2e is not None:
                 e2e.insert(now_ns - msg.timestamp)
-        return len(ids)
+        if released and held is not None:
+            held.release_many(released)
+        return finished
 
     def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
         msg = self.in_flight.get(msg_id)

@@ -401,17 +401,28 @@ class DiskQueue:
 
     def release(self, hold: Hold) -> None:
         """The held record's message is finished (or stored again as a newer record)."""
+        self.release_many((hold,))
+
+    def release_many(self, held: Sequence[Hold]) -> None:
+        """:meth:`release` for several (a batch of FINs)."""
         holds = self._holds
         if holds is None:
             return
-        released = holds.release(hold)
-        if not released:
+        release = holds.release
+        count = 0
+        moved = False
+        for hold in held:
+            released = release(hold)
+            if released:
+                count += 1
+                moved = moved or released == HEAD_MOVED
+        if not count:
             return
         # every release counts toward a sync, so the side file soon knows it is finished
         if not self._count:
             self._dirty_since = time.monotonic()
-        self._count += 1
-        if released == HEAD_MOVED:
+        self._count += count
+        if moved:
             oldest = holds.oldest()
             if (oldest[0] if oldest is not None else self._read_file_num) > self._committed_file:
                 self._drop_finished_files()

@@ -22,6 +22,7 @@ everything is read again, which is merely slower.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections import deque
 from typing import NamedTuple
@@ -138,9 +139,9 @@ class SkipPlan(NamedTuple):
 def encode_held(
     cursor: Position, unfinished: list[Position], boundary: Position, boundary_bytes: bytes
 ) -> bytes:
-    flat = [number for position in unfinished for number in position]
     head = _SIDE_HEADER.pack(_MAGIC, *cursor, *boundary, len(boundary_bytes), len(unfinished))
-    return head + boundary_bytes + struct.pack(f"<{len(flat)}q", *flat)
+    flat = struct.pack(f"<{2 * len(unfinished)}q", *itertools.chain.from_iterable(unfinished))
+    return head + boundary_bytes + flat
 
 
 def decode_held(data: bytes) -> SkipPlan | None:

@@ -35,11 +35,11 @@ def test_metadata_keeps_the_oldest_unreleased_record(tmp_path: Path) -> None:
         queue.put(b"r%d" % i + bytes(8))  # 14-byte records with their length
     taken = [take(queue) for _ in range(3)]
     assert queue.depth() == 2  # what waits: the in-flight ones are not counted
-    assert queue.positions() == (5, 0, 0, 0, 70)  # the metadata's view: nothing released
+    assert queue.committed_positions() == (5, 0, 0, 0, 70)  # the metadata's view: nothing released
     queue.release(taken[1][1])
-    assert queue.positions() == (5, 0, 0, 0, 70)  # the oldest is still held
+    assert queue.committed_positions() == (5, 0, 0, 0, 70)  # the oldest is still held
     queue.release(taken[0][1])
-    assert queue.positions() == (3, 0, 28, 0, 70)  # past both, up to the one still held
+    assert queue.committed_positions() == (3, 0, 28, 0, 70)  # past both, up to the one still held
     queue.close()
     assert read_meta(tmp_path, "q") == (3, 0, 28, 0, 70)
 
@@ -64,7 +64,7 @@ def test_files_go_only_when_the_committed_position_leaves_them(tmp_path: Path) -
     queue = held_queue(tmp_path, max_bytes=100)
     again, again_hold = take(queue)
     assert again == first  # held, so read again
-    assert queue.positions()[1:3] == (0, 0)
+    assert queue.committed_positions()[1:3] == (0, 0)
     # the side file written at close: records 1-6 were finished, so the next is record 7
     seventh, seventh_hold = take(queue)
     assert seventh == bytes([7]) * 46
@@ -84,16 +84,16 @@ def test_put_held_hands_out_only_when_nothing_waits(tmp_path: Path) -> None:
     hold = queue.put_held(b"a" * 46)
     assert hold is not None
     assert queue.depth() == 0 and queue.get() is None
-    assert queue.positions() == (1, 0, 0, 0, 50)
+    assert queue.committed_positions() == (1, 0, 0, 0, 50)
     queue.put(b"b" * 46)
     assert queue.put_held(b"c" * 46) is None  # b waits: nothing written
-    assert queue.positions() == (2, 0, 0, 0, 100)
+    assert queue.committed_positions() == (2, 0, 0, 0, 100)
     assert take(queue)[0] == b"b" * 46
     rolled = queue.put_held(b"d" * 46)  # does not fit in file 0: file 1, handed out at once
     assert rolled is not None
-    assert queue.positions()[3:] == (1, 50)
+    assert queue.committed_positions()[3:] == (1, 50)
     queue.release(hold)
-    assert queue.positions()[:3] == (2, 0, 50)
+    assert queue.committed_positions()[:3] == (2, 0, 50)
     queue.close()
 
 
@@ -214,3 +214,18 @@ def test_side_file_about_other_records_is_ignored(tmp_path: Path) -> None:
     reopened = held_queue(tmp_path)
     assert [take(reopened)[0][:2] for _ in range(4)] == [b"n0", b"n1", b"n2", b"n3"]
     reopened.close()
+
+
+def test_get_on_a_held_queue_takes_the_record_for_good(tmp_path: Path) -> None:
+    """A plain get() (e.g. --queue-full-policy=drop-oldest dropping the head) holds nothing;
+    positions() is the reader's, committed_positions() the metadata's."""
+    queue = held_queue(tmp_path)
+    for i in range(3):
+        queue.put(b"r%d" % i + bytes(8))
+    held = take(queue)
+    assert queue.get() == b"r1" + bytes(8)
+    assert queue.positions() == (1, 0, 28, 0, 42)
+    assert queue.committed_positions() == (3, 0, 0, 0, 42)
+    queue.release(held[1])
+    assert queue.committed_positions() == (1, 0, 28, 0, 42)
+    queue.close()

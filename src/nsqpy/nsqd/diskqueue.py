@@ -299,8 +299,19 @@ class DiskQueue:
         return self._depth
 
     def positions(self) -> DiskQueuePositions:
-        """The in-memory state that the metadata file records (for stats and tests): with
-        ``hold_reads`` the committed read position, and a depth that counts the held records."""
+        """Where the reader and the writer are, and the records between (for stats, tests and
+        the queue-bytes bookkeeping). Without ``hold_reads`` the metadata file records this."""
+        return DiskQueuePositions(
+            self._depth,
+            self._read_file_num,
+            self._read_pos,
+            self._write_file_num,
+            self._write_pos,
+        )
+
+    def committed_positions(self) -> DiskQueuePositions:
+        """What the metadata file records: with ``hold_reads`` the committed read position,
+        and a depth that counts the held records."""
         depth, read_file_num, read_pos = self._committed()
         return DiskQueuePositions(
             depth, read_file_num, read_pos, self._write_file_num, self._write_pos
@@ -322,7 +333,7 @@ class DiskQueue:
         holds = self._holds
         assert holds is not None, "get_held() needs hold_reads()"
         while True:
-            record = self.get()
+            record = self._get()
             if record is None:
                 return None
             self._last_record = record
@@ -552,7 +563,14 @@ class DiskQueue:
             self._write_segment(pieces, segment_bytes, segment_records, stored)
 
     def get(self) -> bytes | None:
-        """Remove and return the oldest record, or None when the queue is empty."""
+        """Remove and return the oldest record, or None when the queue is empty. With
+        ``hold_reads`` the record is taken for good (not held): e.g. dropped by a policy."""
+        record = self._get()
+        if record is not None and self._holds is not None:
+            self.release(self._last_held)
+        return record
+
+    def _get(self) -> bytes | None:
         while not self._closed:
             if self._read_file_num >= self._write_file_num and self._read_pos >= self._write_pos:
                 return None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nsqpy.nsqadmin.clusterinfo import Client, ClusterInfo, UpstreamError, http_address
+from nsqpy.internal.api_client import ApiClient
+from nsqpy.nsqadmin.clusterinfo import ClusterInfo, UpstreamError, http_address
 
 from .conftest import Cluster
 
@@ -16,7 +17,7 @@ async def test_query_and_aggregate(cluster: Cluster) -> None:
         cluster.pub(topic, b"m", node, count)
     cluster.wait_registered(topic, 2)
     lookupds = [cluster.lookupd_address]
-    async with ClusterInfo(Client(connect_timeout=2, request_timeout=5)) as ci:
+    async with ClusterInfo(ApiClient(connect_timeout=2, request_timeout=5)) as ci:
         topics = await ci.get_lookupd_topics(lookupds)
         assert topic in topics.value and topics.failures == []
         producers = await ci.get_topic_producers(topic, lookupds, [])

@@ -17,8 +17,9 @@ from typing import Any
 
 from ..client.backoff import BackoffStrategy, ExponentialBackoff, FullJitterBackoff
 from ..internal.durations import format_duration, parse_duration
+from ..protocol.errors import go_quote
 
-__all__ = ["ClientConfig", "ConfigError", "go_quote"]
+__all__ = ["ClientConfig", "ConfigError"]
 
 # value kinds (go-nsq field types)
 _DURATION, _INT, _UINT, _FLOAT, _BOOL, _STR = "duration", "int", "uint", "float", "bool", "str"
@@ -97,13 +98,6 @@ _TLS_VERSIONS = {
 
 class ConfigError(ValueError):
     """An option go-nsq would refuse; the text is go-nsq's."""
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` for the strings a command line carries."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    escaped = escaped.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    return f'"{escaped}"'
 
 
 def _go_value(value: Any) -> str:

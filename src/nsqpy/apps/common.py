@@ -47,8 +47,9 @@ from ..client import Consumer, Handler
 from ..client.errors import NSQDConnectError, go_dial_error, go_http_error
 from ..internal.daemon import StopSignals, run_event_loop
 from ..internal.flags import BOOL, DURATION, INT, STR, STR_LIST, UsageError, option, run_command
+from ..protocol.errors import go_quote
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
-from ._go_config import ClientConfig, ConfigError, go_quote
+from ._go_config import ClientConfig, ConfigError
 
 __all__ = [
     "ClientConfig",

@@ -21,17 +21,15 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote_plus
 
-import aiohttp
-
+from ..internal.api_client import ApiClient, api_url
 from ..internal.flags import BOOL, DURATION, STR, STR_LIST, UsageError, option
-from ._go_config import go_quote
-from .common import FatalError, HTTPClientFlags, describe_http_error, run_app
+from ..internal.net import join_host_port
+from ..protocol.errors import go_quote
+from .common import FatalError, HTTPClientFlags, run_app
 
 PROGRAM = "nsq_stat"
 HEADER_EVERY = 25
-_ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 #: the summed fields of a channel, in the order of a report line's numbers
 _COUNTERS = (
     "depth",
@@ -112,32 +110,20 @@ def report_line(new: dict[str, int], old: dict[str, int], interval: float) -> st
 # ---------------------------------------------------------------------- cluster queries
 
 
-def _join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class StatsClient:
     """The parts of Go's clusterinfo nsq_stat uses, with its error texts."""
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
-        self.session = session
+    def __init__(self, client: ApiClient) -> None:
+        self.client = client
 
     async def get_v1(self, url: str) -> Any:
-        try:
-            async with self.session.get(url, headers=_ACCEPT_V1) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    text = body.decode("utf-8", "replace")
-                    raise RuntimeError(f"got response {resp.status} {resp.reason} {go_quote(text)}")
-                return await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise RuntimeError(f'Get "{url}": {describe_http_error(exc)}') from None
+        return await self.client.get_v1(url)
 
     async def _all(self, urls: list[str]) -> list[Any]:
         return await asyncio.gather(*(self.get_v1(u) for u in urls), return_exceptions=True)
 
     async def lookupd_topic_producers(self, topic: str, lookupds: list[str]) -> list[str]:
-        urls = [f"http://{a}/lookup?topic={quote_plus(topic)}" for a in lookupds]
+        urls = [api_url(a, "lookup", topic=topic) for a in lookupds]
         producers: list[str] = []
         errors: list[str] = []
         for result in await self._all(urls):
@@ -145,7 +131,7 @@ class StatsClient:
                 errors.append(str(result))
                 continue
             for p in (result or {}).get("producers") or ():
-                address = _join_host_port(p["broadcast_address"], p["http_port"])
+                address = join_host_port(p["broadcast_address"], p["http_port"])
                 if address not in producers:
                     producers.append(address)
         if errors and len(errors) == len(lookupds):
@@ -155,9 +141,8 @@ class StatsClient:
         return producers
 
     async def nsqd_topic_producers(self, topic: str, nsqds: list[str]) -> list[str]:
-        query = f"format=json&topic={quote_plus(topic)}&include_clients=false"
         results = await asyncio.gather(
-            *(self._nsqd_producer(a, topic, query) for a in nsqds), return_exceptions=True
+            *(self._nsqd_producer(a, topic) for a in nsqds), return_exceptions=True
         )
         errors = [str(r) for r in results if isinstance(r, BaseException)]
         if errors and len(errors) == len(nsqds):
@@ -166,25 +151,23 @@ class StatsClient:
             raise RuntimeError("\n".join(errors))
         return [r for r in results if isinstance(r, str)]
 
-    async def _nsqd_producer(self, address: str, topic: str, query: str) -> str | None:
-        stats = await self.get_v1(f"http://{address}/stats?{query}")
+    async def _nsqd_producer(self, address: str, topic: str) -> str | None:
+        url = api_url(address, "stats", format="json", topic=topic, include_clients="false")
+        stats = await self.get_v1(url)
         if not any(t.get("topic_name") == topic for t in stats.get("topics") or ()):
             return None
-        info = await self.get_v1(f"http://{address}/info")
+        info = await self.get_v1(api_url(address, "info"))
         host, port = info.get("broadcast_address"), info.get("http_port")
         if not host:  # an old nsqd: use the address we were given
             host, _, port_text = address.rpartition(":")
             host, port = host.strip("[]"), int(port_text)
-        return _join_host_port(host, port)
+        return join_host_port(host, port)
 
     async def channel_stats(
         self, producers: list[str], topic: str, channel: str
     ) -> dict[str, int] | None:
-        query = (
-            f"format=json&topic={quote_plus(topic)}&channel={quote_plus(channel)}"
-            "&include_clients=false"
-        )
-        results = await self._all([f"http://{p}/stats?{query}" for p in producers])
+        params = {"format": "json", "topic": topic, "channel": channel, "include_clients": "false"}
+        results = await self._all([api_url(p, "stats", **params) for p in producers])
         errors = [str(r) for r in results if isinstance(r, BaseException)]
         if len(errors) == len(producers):  # with no producers at all, as Go: an empty list
             raise RuntimeError("failed to query any nsqd: " + "\n".join(errors))
@@ -211,11 +194,9 @@ class StatsClient:
 
 
 async def stat_loop(opts: Options) -> None:
-    timeout = aiohttp.ClientTimeout(
-        total=opts.http_client_request_timeout, connect=opts.http_client_connect_timeout
-    )
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        client = StatsClient(session)
+    api = ApiClient(opts.http_client_connect_timeout, opts.http_client_request_timeout)
+    try:
+        client = StatsClient(api)
         previous: dict[str, int] | None = None
         reports = opts.reports
         i = 0
@@ -249,6 +230,8 @@ async def stat_loop(opts: Options) -> None:
             previous = current
             await asyncio.sleep(opts.interval)
             i += 1
+    finally:
+        await api.close()
 
 
 def _check(opts: Options) -> None:

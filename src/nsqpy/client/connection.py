@@ -140,10 +140,6 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def join_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class ConnectionDelegate(Protocol):
     """What a connection reports to its owner (a consumer or a producer)."""
 

@@ -1,6 +1,6 @@
 """Query and aggregate an NSQ cluster over HTTP (Go: ``internal/clusterinfo``); no web layer.
 
-    async with ClusterInfo(Client()) as ci:
+    async with ClusterInfo(ApiClient()) as ci:
         topics = await ci.get_lookupd_topics(["127.0.0.1:4161"])
         print(topics.value, topics.failures)
 
@@ -15,24 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
-import os
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
-from urllib.parse import quote_plus, urlsplit, urlunsplit
-
-import aiohttp
 
 from ..internal import lg
+from ..internal.api_client import ApiClient, RequestError, query_string
+from ..internal.net import join_host_port
 
 T = TypeVar("T")
 Json = dict[str, Any]
-
-ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 
 
 @dataclass(frozen=True)
@@ -67,133 +61,7 @@ class Result(Generic[T]):
         return "\n".join(f.error for f in self.failures)
 
 
-class RequestError(Exception):
-    """One HTTP request failed; ``str()`` is Go's error text for it. ``status`` and ``body``
-    are the daemon's answer when it gave one (0 and b"" when it could not be reached)."""
-
-    def __init__(self, text: str, status: int = 0, body: bytes = b"") -> None:
-        super().__init__(text)
-        self.status = status
-        self.body = body
-
-    @property
-    def api_message(self) -> str:
-        """The ``message`` of a V1 JSON error body (``""`` if it has none)."""
-        try:
-            decoded = json.loads(self.body)
-        except ValueError:
-            return ""
-        return str(decoded.get("message", "")) if isinstance(decoded, dict) else ""
-
-
-# --------------------------------------------------------------------------- the HTTP client
-
-
-def _go_quote(text: str) -> str:
-    """Go's ``%q`` of a string (close enough for error messages)."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _host_port(url: str) -> str:
-    parts = urlsplit(url)
-    return parts.netloc
-
-
-class Client:
-    """Go's ``http_api.Client``: V1 GET/POST with connect and request deadlines.
-
-    A ``403`` carrying ``https_port`` (nsqd with ``--tls-required``) is retried over HTTPS with
-    ``ssl_context``, as Go's client does.
-    """
-
-    def __init__(
-        self,
-        connect_timeout: float = 2.0,
-        request_timeout: float = 5.0,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self.connect_timeout = connect_timeout
-        self.request_timeout = request_timeout
-        self.ssl_context = ssl_context
-        self._session: aiohttp.ClientSession | None = None
-
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            timeout = aiohttp.ClientTimeout(
-                total=self.request_timeout, sock_connect=self.connect_timeout
-            )
-            connector = aiohttp.TCPConnector(limit=100, ssl=self.ssl_context or True)
-            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
-        return self._session
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def get_v1(self, url: str) -> Any:
-        body = await self._request("GET", url)
-        try:
-            return json.loads(body)
-        except ValueError as exc:
-            raise RequestError(f"invalid character in response from {url}: {exc}") from None
-
-    async def post_v1(self, url: str) -> None:
-        await self._request("POST", url)
-
-    async def _request(self, method: str, url: str) -> bytes:
-        verb = method.capitalize()
-        for _ in range(2):  # the second round is the HTTPS retry
-            try:
-                async with self.session().request(
-                    method, url, headers={"Accept": ACCEPT_V1}
-                ) as response:
-                    body = await response.read()
-                    status, reason = response.status, response.reason or ""
-            except TimeoutError:
-                raise RequestError(
-                    f'{verb} "{url}": context deadline exceeded '
-                    "(Client.Timeout exceeded while awaiting headers)"
-                ) from None
-            except aiohttp.ClientConnectorCertificateError as exc:
-                raise RequestError(
-                    f'{verb} "{url}": tls: failed to verify certificate: {exc.certificate_error}'
-                ) from None
-            except aiohttp.ClientConnectorError as exc:
-                errno = exc.os_error.errno
-                cause = os.strerror(errno) if errno else str(exc.os_error)
-                cause = cause[:1].lower() + cause[1:]  # Go: "connect: connection refused"
-                raise RequestError(
-                    f'{verb} "{url}": dial tcp {_host_port(url)}: connect: {cause}'
-                ) from None
-            except aiohttp.ClientError as exc:
-                raise RequestError(f'{verb} "{url}": {exc}') from None
-            if status == 200:
-                return body
-            if status == 403 and not url.startswith("https"):
-                url = _https_url(url, body)
-                continue
-            text = body.decode("utf-8", "replace")
-            raise RequestError(f"got response {status} {reason} {_go_quote(text)}", status, body)
-        raise RequestError(f'{verb} "{url}": too many redirects')
-
-
-def _https_url(url: str, body: bytes) -> str:
-    try:
-        port = int(json.loads(body)["https_port"])
-    except (ValueError, KeyError, TypeError):
-        raise RequestError(f"got response 403 Forbidden {_go_quote(body.decode())}") from None
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return urlunsplit(("https", netloc, parts.path, parts.query, ""))
-
-
 # --------------------------------------------------------------------------- Go's types
-
-
-def join_host_port(host: str, port: int | str) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _parse_version(text: str) -> tuple[int, int, int]:
@@ -515,15 +383,11 @@ def _messages(answer: object) -> list[Json]:
     return out
 
 
-def _qs(**params: str) -> str:
-    return "&".join(f"{key}={quote_plus(value, safe='')}" for key, value in params.items())
-
-
 class ClusterInfo:
     """Go's ``ClusterInfo``: the queries nsqadmin makes, each fanned out concurrently."""
 
-    def __init__(self, client: Client | None = None, logger: lg.Logger | None = None) -> None:
-        self.client = client if client is not None else Client()
+    def __init__(self, client: ApiClient | None = None, logger: lg.Logger | None = None) -> None:
+        self.client = client if client is not None else ApiClient()
         self.logger = logger
 
     async def __aenter__(self) -> ClusterInfo:
@@ -584,7 +448,9 @@ class ClusterInfo:
         self, topic: str, lookupds: Sequence[str]
     ) -> Result[list[str]]:
         async def query(addr: str) -> list[str]:
-            data = await self._get(f"http://{addr}/channels?{_qs(topic=topic)}", "nsqlookupd")
+            data = await self._get(
+                f"http://{addr}/channels?{query_string(topic=topic)}", "nsqlookupd"
+            )
             return list(data.get("channels") or [])
 
         values, failures = await self._fan_out("nsqlookupd", lookupds, query)
@@ -611,7 +477,9 @@ class ClusterInfo:
         self, topic: str, lookupds: Sequence[str]
     ) -> Result[list[Json]]:
         async def query(addr: str) -> list[Json]:
-            data = await self._get(f"http://{addr}/lookup?{_qs(topic=topic)}", "nsqlookupd")
+            data = await self._get(
+                f"http://{addr}/lookup?{query_string(topic=topic)}", "nsqlookupd"
+            )
             return [producer_from_lookupd(p) for p in data.get("producers") or []]
 
         values, failures = await self._fan_out("nsqlookupd", lookupds, query)
@@ -667,7 +535,9 @@ class ClusterInfo:
         self, topic: str, nsqds: Sequence[str]
     ) -> Result[list[Json]]:
         async def query(addr: str) -> Json | None:
-            url = f"http://{addr}/stats?format=json&{_qs(topic=topic)}&include_clients=false"
+            url = (
+                f"http://{addr}/stats?format=json&{query_string(topic=topic)}&include_clients=false"
+            )
             stats = await self._get(url, "nsqd")
             topics = [t.get("topic_name", "") for t in stats.get("topics") or []]
             if topic not in topics:
@@ -692,9 +562,9 @@ class ClusterInfo:
         async def query(addr: str) -> Json:
             url = f"http://{addr}/stats?format=json"
             if topic:
-                url += f"&{_qs(topic=topic)}"
+                url += f"&{query_string(topic=topic)}"
                 if channel:
-                    url += f"&{_qs(channel=channel)}"
+                    url += f"&{query_string(channel=channel)}"
             if not include_clients:
                 url += "&include_clients=false"
             data = await self._get(url, "nsqd")
@@ -728,7 +598,7 @@ class ClusterInfo:
         without the routes (404 ``NOT_FOUND``: Go's, or nsqpy's without the flag) is listed in
         ``unsupported``; one without the channel is left out. Nothing is changed on nsqd."""
         by_address = {http_address(p): p for p in producers}
-        qs = _qs(topic=topic, channel=channel)
+        qs = query_string(topic=topic, channel=channel)
 
         async def query(addr: str) -> Json | str:
             base = f"http://{addr}/channel"
@@ -804,19 +674,23 @@ class ClusterInfo:
     ) -> list[Failure]:
         """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic on it."""
         failures = await self._post_all(
-            lookupds, "topic/tombstone", _qs(topic=topic, node=node), "nsqlookupd"
+            lookupds, "topic/tombstone", query_string(topic=topic, node=node), "nsqlookupd"
         )
         producers = await self.get_nsqd_producers([node])
         failures += producers.failures
-        failures += await self._producers_post(producers.value, "topic/delete", _qs(topic=topic))
+        failures += await self._producers_post(
+            producers.value, "topic/delete", query_string(topic=topic)
+        )
         return failures
 
     async def create_topic_channel(
         self, topic: str, channel: str, lookupds: Sequence[str]
     ) -> list[Failure]:
-        failures = await self._post_all(lookupds, "topic/create", _qs(topic=topic), "nsqlookupd")
+        failures = await self._post_all(
+            lookupds, "topic/create", query_string(topic=topic), "nsqlookupd"
+        )
         if channel:
-            qs = _qs(topic=topic, channel=channel)
+            qs = query_string(topic=topic, channel=channel)
             failures += await self._post_all(lookupds, "channel/create", qs, "nsqlookupd")
             producers = await self.get_lookupd_topic_producers(topic, lookupds)
             failures += producers.failures
@@ -827,7 +701,7 @@ class ClusterInfo:
         self, topic: str, lookupds: Sequence[str], nsqds: Sequence[str]
     ) -> list[Failure]:
         producers = await self.get_topic_producers(topic, lookupds, nsqds)  # before deleting
-        qs = _qs(topic=topic)
+        qs = query_string(topic=topic)
         failures = list(producers.failures)
         failures += await self._post_all(lookupds, "topic/delete", qs, "nsqlookupd")
         failures += await self._producers_post(producers.value, "topic/delete", qs)
@@ -837,7 +711,7 @@ class ClusterInfo:
         self, topic: str, channel: str, lookupds: Sequence[str], nsqds: Sequence[str]
     ) -> list[Failure]:
         producers = await self.get_topic_producers(topic, lookupds, nsqds)
-        qs = _qs(topic=topic, channel=channel)
+        qs = query_string(topic=topic, channel=channel)
         failures = list(producers.failures)
         failures += await self._post_all(lookupds, "channel/delete", qs, "nsqlookupd")
         failures += await self._producers_post(producers.value, "channel/delete", qs)
@@ -853,5 +727,5 @@ class ClusterInfo:
     ) -> list[Failure]:
         """``topic/pause``, ``channel/empty``, ... on every nsqd producing the topic."""
         producers = await self.get_topic_producers(topic, lookupds, nsqds)
-        qs = _qs(topic=topic, channel=channel) if channel else _qs(topic=topic)
+        qs = query_string(topic=topic, channel=channel) if channel else query_string(topic=topic)
         return producers.failures + await self._producers_post(producers.value, uri, qs)

@@ -28,9 +28,10 @@ from aiohttp import web
 
 from .. import version_line
 from ..internal import lg
+from ..internal.api_client import ApiClient
 from ..internal.net import format_address, listen_socket, split_host_port
 from ..nsqlookupd.nsqlookupd import http_server_logger
-from .clusterinfo import Client, ClusterInfo
+from .clusterinfo import ClusterInfo
 from .history import History, Poller
 from .http import AdminHTTP, normalize_base_path
 from .options import Options
@@ -134,7 +135,9 @@ class NSQAdmin:
         self.base_path = opts.base_path
         self.hostname = socket.gethostname()
         self.ci = ClusterInfo(
-            Client(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context),
+            ApiClient(
+                opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context
+            ),
             self.logger,
         )
         self.history = History(opts.poll_interval, opts.history_points)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nsqpy.internal.api_client import ApiClient
-from nsqpy.nsqadmin.clusterinfo import ClusterInfo, UpstreamError, http_address
+from nsqpy.nsqadmin.cluster_types import http_address
+from nsqpy.nsqadmin.clusterinfo import ClusterInfo, UpstreamError
 
 from .conftest import Cluster
 

@@ -14,7 +14,6 @@ Go's order.
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,10 +22,24 @@ from typing import Any, Generic, TypeVar
 
 from ..internal import lg
 from ..internal.api_client import ApiClient, RequestError, query_string
-from ..internal.net import join_host_port
+from .cluster_types import (
+    Inspection,
+    Json,
+    NodeStats,
+    by_host,
+    channel_add,
+    http_address,
+    inspected_messages,
+    new_channel_aggregate,
+    parse_version,
+    producer_from_info,
+    producer_from_lookupd,
+    producer_sort_key,
+    tcp_address,
+    topic_from_nsqd,
+)
 
 T = TypeVar("T")
-Json = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -59,328 +72,6 @@ class Result(Generic[T]):
     def error_text(self) -> str:
         """Go's ``ErrList.Error()``: the errors joined by newlines."""
         return "\n".join(f.error for f in self.failures)
-
-
-# --------------------------------------------------------------------------- Go's types
-
-
-def _parse_version(text: str) -> tuple[int, int, int]:
-    """semver's major.minor.patch; anything unparsable is 0.0.0 (as Go's clusterinfo)."""
-    core = text.split("-", 1)[0].split("+", 1)[0]
-    parts = core.split(".")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        return (0, 0, 0)
-    return (int(parts[0]), int(parts[1]), int(parts[2]))
-
-
-def producer_from_lookupd(data: Json) -> Json:
-    """A lookupd producer entry as Go's ``Producer`` (topics zipped with their tombstones)."""
-    names = data.get("topics") or []
-    tombstones = data.get("tombstones") or []
-    topics = [
-        {"topic": name, "tombstoned": bool(tombstones[i]) if i < len(tombstones) else False}
-        for i, name in enumerate(names)
-    ]
-    return {
-        "remote_addresses": None,
-        "remote_address": data.get("remote_address", ""),
-        "hostname": data.get("hostname", ""),
-        "broadcast_address": data.get("broadcast_address", ""),
-        "tcp_port": data.get("tcp_port", 0),
-        "http_port": data.get("http_port", 0),
-        "version": data.get("version", ""),
-        "topics": sorted(topics, key=lambda t: t["topic"]) if data.get("topics") else None,
-        "out_of_date": False,
-    }
-
-
-def http_address(producer: Json) -> str:
-    return join_host_port(producer["broadcast_address"], producer["http_port"])
-
-
-def tcp_address(producer: Json) -> str:
-    return join_host_port(producer["broadcast_address"], producer["tcp_port"])
-
-
-def _producer_sort_key(producer: Json) -> tuple[str, str, int]:
-    # Go sorts by hostname only, so equal hostnames swap places between reloads; break ties
-    return (producer["hostname"], producer["broadcast_address"], producer["http_port"])
-
-
-def _e2e_from_nsqd(data: Json | None) -> Json | None:
-    """nsqd's ``e2e_processing_latency`` with min/max/average/count per percentile (Go's
-    ``E2eProcessingLatencyAggregate.UnmarshalJSON``; map keys sorted as Go marshals maps)."""
-    if data is None:
-        return None
-    count = data.get("count", 0)
-    percentiles = None
-    if data.get("percentiles") is not None:
-        percentiles = []
-        for p in data["percentiles"]:
-            value = p.get("value", 0)
-            entry = {**p, "min": value, "max": value, "average": value, "count": float(count)}
-            percentiles.append(dict(sorted(entry.items())))
-    return {
-        "count": count,
-        "percentiles": percentiles,
-        "topic": data.get("topic", ""),
-        "channel": data.get("channel", ""),
-        "host": data.get("host", ""),
-    }
-
-
-def _e2e_add(total: Json, other: Json | None) -> None:
-    """Merge one node's latency into an aggregate: counts add, averages weighted by count.
-
-    Go's ``Add`` takes ``min`` from the other node's *max*; here it is the true minimum.
-    """
-    if other is None:
-        return
-    total["host"] = "*"
-    total["count"] += other["count"]
-    for value in other["percentiles"] or []:
-        percentiles = total["percentiles"] if total["percentiles"] is not None else []
-        total["percentiles"] = percentiles
-        mine = next((p for p in percentiles if p["quantile"] == value["quantile"]), None)
-        if mine is None:
-            mine = {"quantile": value["quantile"], "max": 0.0, "min": value["min"]}
-            mine.update(average=0.0, count=0.0)
-            percentiles.append(mine)
-        mine["max"] = max(value["max"], mine["max"])
-        mine["min"] = min(value["min"], mine["min"])
-        mine["count"] += value["count"]
-        if mine["count"] == 0:
-            mine["average"] = 0.0
-            continue
-        delta = value["average"] - mine["average"]
-        mine["average"] += delta * value["count"] / mine["count"]
-    if total["percentiles"] is not None:
-        total["percentiles"] = [dict(sorted(p.items())) for p in total["percentiles"]]
-
-
-def _new_e2e(topic: str, channel: str) -> Json:
-    return {"count": 0, "percentiles": None, "topic": topic, "channel": channel, "host": ""}
-
-
-CLIENT_KEYS: tuple[tuple[str, Any], ...] = (
-    ("remote_address", ""),
-    ("version", ""),
-    ("client_id", ""),
-    ("hostname", ""),
-    ("user_agent", ""),
-    ("connect_ts", 0),
-)
-CLIENT_TAIL_KEYS: tuple[tuple[str, Any], ...] = (
-    ("in_flight_count", 0),
-    ("ready_count", 0),
-    ("finish_count", 0),
-    ("requeue_count", 0),
-    ("message_count", 0),
-    ("sample_rate", 0),
-    ("deflate", False),
-    ("snappy", False),
-    ("authed", False),
-    ("auth_identity", ""),
-    ("auth_identity_url", ""),
-    ("tls", False),
-    ("tls_cipher_suite", ""),
-    ("tls_version", ""),
-    ("tls_negotiated_protocol", ""),
-    ("tls_negotiated_protocol_is_mutual", False),
-)
-
-
-def client_from_nsqd(data: Json, node: str, now: float) -> Json:
-    """Go's ``ClientStats``: ``connected`` is the connection's age in ns (whole seconds)."""
-    out: Json = {"node": node}
-    for key, default in CLIENT_KEYS:
-        out[key] = data.get(key, default)
-    out["connected"] = (int(now) - int(out["connect_ts"])) * 1_000_000_000
-    for key, default in CLIENT_TAIL_KEYS:
-        out[key] = data.get(key, default)
-    return out
-
-
-def channel_from_nsqd(data: Json, topic: str, node: str, hostname: str, now: float) -> Json:
-    depth, backend = data.get("depth", 0), data.get("backend_depth", 0)
-    clients = data.get("clients")
-    return {
-        "node": node,
-        "hostname": hostname,
-        "topic_name": topic,
-        "channel_name": data.get("channel_name", ""),
-        "depth": depth,
-        "memory_depth": depth - backend,
-        "backend_depth": backend,
-        "in_flight_count": data.get("in_flight_count", 0),
-        "deferred_count": data.get("deferred_count", 0),
-        "requeue_count": data.get("requeue_count", 0),
-        "timeout_count": data.get("timeout_count", 0),
-        "message_count": data.get("message_count", 0),
-        "client_count": data.get("client_count", 0),
-        "nodes": None,
-        "clients": None if clients is None else [client_from_nsqd(c, node, now) for c in clients],
-        "paused": data.get("paused", False),
-        "e2e_processing_latency": _e2e_from_nsqd(data.get("e2e_processing_latency")),
-        **_dead_letter_keys(data),
-    }
-
-
-def _dead_letter_keys(data: Json) -> Json:
-    """nsqpy's dead-lettering figures (nsqd ``--max-attempts``), only where nsqd gives them:
-    a channel without the feature keeps exactly Go's keys."""
-    if "max_attempts" not in data and "dead_letter_count" not in data:
-        return {}
-    return {
-        "max_attempts": data.get("max_attempts", 0),
-        "dead_letter_count": data.get("dead_letter_count", 0),
-    }
-
-
-def topic_from_nsqd(data: Json, node: str, hostname: str, now: float) -> Json:
-    name = data.get("topic_name", "")
-    depth, backend = data.get("depth", 0), data.get("backend_depth", 0)
-    channels = data.get("channels")
-    return {
-        "node": node,
-        "hostname": hostname,
-        "topic_name": name,
-        "depth": depth,
-        "memory_depth": depth - backend,
-        "backend_depth": backend,
-        "message_count": data.get("message_count", 0),
-        "nodes": None,
-        "channels": None
-        if channels is None
-        else [channel_from_nsqd(c, name, node, hostname, now) for c in channels],
-        "paused": data.get("paused", False),
-        "e2e_processing_latency": _e2e_from_nsqd(data.get("e2e_processing_latency")),
-    }
-
-
-_CHANNEL_SUMS = (
-    "depth",
-    "memory_depth",
-    "backend_depth",
-    "in_flight_count",
-    "deferred_count",
-    "requeue_count",
-    "timeout_count",
-    "message_count",
-    "client_count",
-)
-
-
-def _by_host(stats: Json) -> tuple[str, str]:
-    return (stats["hostname"], stats["node"])
-
-
-def new_channel_aggregate(topic: str, channel: str, node: str = "") -> Json:
-    out: Json = {"node": node, "hostname": "", "topic_name": topic, "channel_name": channel}
-    out.update({key: 0 for key in _CHANNEL_SUMS[:-1]})
-    out["client_count"] = 0
-    out.update(nodes=None, clients=None, paused=False, e2e_processing_latency=None)
-    return out
-
-
-def channel_add(total: Json, node_stats: Json) -> None:
-    """Go's ``ChannelStats.Add``: one node's channel into the cluster aggregate."""
-    total["node"] = "*"
-    for key in _CHANNEL_SUMS:
-        total[key] += node_stats[key]
-    total["paused"] = total["paused"] or node_stats["paused"]
-    total["nodes"] = sorted([*(total["nodes"] or []), node_stats], key=_by_host)
-    if total["e2e_processing_latency"] is None:
-        total["e2e_processing_latency"] = _new_e2e(total["topic_name"], total["channel_name"])
-    _e2e_add(total["e2e_processing_latency"], node_stats["e2e_processing_latency"])
-    if "max_attempts" in node_stats:  # nsqpy dead-lettering: the highest limit, the sum
-        total["max_attempts"] = max(total.get("max_attempts", 0), node_stats["max_attempts"])
-        total["dead_letter_count"] = (
-            total.get("dead_letter_count", 0) + node_stats["dead_letter_count"]
-        )
-    if node_stats["clients"]:  # Go appends to a nil slice: null until a client is seen
-        clients = [*(total["clients"] or []), *node_stats["clients"]]
-        total["clients"] = sorted(clients, key=lambda c: (c["hostname"], c["node"]))
-
-
-def new_topic_aggregate(topic: str) -> Json:
-    return {
-        "node": "",
-        "hostname": "",
-        "topic_name": topic,
-        "depth": 0,
-        "memory_depth": 0,
-        "backend_depth": 0,
-        "message_count": 0,
-        "nodes": None,
-        "channels": None,
-        "paused": False,
-        "e2e_processing_latency": None,
-    }
-
-
-def topic_add(total: Json, node_stats: Json) -> None:
-    """Go's ``TopicStats.Add``. Unlike Go, channels are aggregated into fresh objects, so a
-    node's own ``channels`` stay that node's and every aggregate lists all of its nodes."""
-    total["node"] = "*"
-    for key in ("depth", "memory_depth", "backend_depth", "message_count"):
-        total[key] += node_stats[key]
-    total["paused"] = total["paused"] or node_stats["paused"]
-    for channel in node_stats["channels"] or []:
-        channels = total["channels"] if total["channels"] is not None else []
-        total["channels"] = channels
-        mine = next((c for c in channels if c["channel_name"] == channel["channel_name"]), None)
-        if mine is None:
-            mine = new_channel_aggregate(total["topic_name"], channel["channel_name"])
-            channels.append(mine)
-        channel_add(mine, channel)
-    total["nodes"] = sorted([*(total["nodes"] or []), node_stats], key=_by_host)
-    if total["e2e_processing_latency"] is None:
-        total["e2e_processing_latency"] = _new_e2e(total["topic_name"], "")
-    _e2e_add(total["e2e_processing_latency"], node_stats["e2e_processing_latency"])
-
-
-# --------------------------------------------------------------------------- ClusterInfo
-
-
-@dataclass
-class NodeStats:
-    """``get_nsqd_stats``: per-node topic stats and the channel aggregates."""
-
-    topics: list[Json]
-    channels: dict[str, Json]
-
-
-@dataclass
-class Inspection:
-    """``inspect_channel``: per node that has the routes, its listings; the nodes without."""
-
-    nodes: list[Json]
-    unsupported: list[str]
-
-
-#: The most bytes of a message body nsqadmin passes on from a peek (a body may be 1 MiB).
-BODY_LIMIT = 4096
-
-
-def _messages(answer: object) -> list[Json]:
-    """The messages of one inspect answer, bodies cut to BODY_LIMIT bytes (base64 as nsqd
-    sends them), with ``body_size`` (the whole body's) and ``body_truncated``."""
-    found = answer.get("messages") if isinstance(answer, dict) else None
-    out = []
-    for message in found or []:
-        if not isinstance(message, dict):
-            continue
-        entry = dict(message)
-        try:
-            body = base64.b64decode(entry.get("body") or "")
-        except ValueError:
-            body = b""
-        entry["body"] = base64.b64encode(body[:BODY_LIMIT]).decode("ascii")
-        entry["body_size"] = len(body)
-        entry["body_truncated"] = len(body) > BODY_LIMIT
-        out.append(entry)
-    return out
 
 
 class ClusterInfo:
@@ -468,10 +159,10 @@ class ClusterInfo:
                 mine = by_tcp.setdefault(tcp_address(producer), producer)
                 remote = producer["remote_address"] or "N/A"
                 mine["remote_addresses"] = [*(mine["remote_addresses"] or []), f"{addr}/{remote}"]
-        newest = max((_parse_version(p["version"]) for p in by_tcp.values()), default=(0, 0, 0))
+        newest = max((parse_version(p["version"]) for p in by_tcp.values()), default=(0, 0, 0))
         for producer in by_tcp.values():
-            producer["out_of_date"] = _parse_version(producer["version"]) < newest
-        return Result(sorted(by_tcp.values(), key=_producer_sort_key), failures)
+            producer["out_of_date"] = parse_version(producer["version"]) < newest
+        return Result(sorted(by_tcp.values(), key=producer_sort_key), failures)
 
     async def get_lookupd_topic_producers(
         self, topic: str, lookupds: Sequence[str]
@@ -495,23 +186,6 @@ class ClusterInfo:
         info = await self._get(f"http://{addr}/info", "nsqd")
         return info if isinstance(info, dict) else {}
 
-    @staticmethod
-    def _producer_from_info(addr: str, info: Json, topics: list[str]) -> Json:
-        host, _, port = addr.rpartition(":")
-        broadcast = info.get("broadcast_address") or host.strip("[]")
-        http_port = info.get("http_port") or (int(port) if port.isdigit() else 0)
-        return {
-            "remote_addresses": None,
-            "remote_address": "",
-            "hostname": info.get("hostname") or host.strip("[]"),
-            "broadcast_address": broadcast,
-            "tcp_port": info.get("tcp_port", 0),
-            "http_port": http_port,
-            "version": info.get("version", ""),
-            "topics": [{"topic": t, "tombstoned": False} for t in topics] or None,
-            "out_of_date": False,
-        }
-
     async def get_nsqd_topics(self, nsqds: Sequence[str]) -> Result[list[str]]:
         async def query(addr: str) -> list[str]:
             data = await self._get(f"http://{addr}/stats?format=json", "nsqd")
@@ -526,7 +200,7 @@ class ClusterInfo:
             url = f"http://{addr}/stats?format=json&include_clients=false"
             stats = await self._get(url, "nsqd")
             topics = [t.get("topic_name", "") for t in stats.get("topics") or []]
-            return self._producer_from_info(addr, info, topics)
+            return producer_from_info(addr, info, topics)
 
         values, failures = await self._fan_out("nsqd", nsqds, query)
         return Result([p for _, p in values], failures)
@@ -543,7 +217,7 @@ class ClusterInfo:
             if topic not in topics:
                 return None
             info = await self._nsqd_info(addr)
-            return self._producer_from_info(addr, info, topics)
+            return producer_from_info(addr, info, topics)
 
         values, failures = await self._fan_out("nsqd", nsqds, query)
         return Result([p for _, p in values if p is not None], failures)
@@ -587,7 +261,7 @@ class ClusterInfo:
                     if key not in channels:
                         channels[key] = new_channel_aggregate(stats["topic_name"], name, addr)
                     channel_add(channels[key], channel_stats)
-        topics.sort(key=_by_host)
+        topics.sort(key=by_host)
         return Result(NodeStats(topics, channels), failures)
 
     async def inspect_channel(
@@ -613,7 +287,7 @@ class ClusterInfo:
             for answer in answers:
                 if isinstance(answer, BaseException):
                     raise answer
-            queued, in_flight, deferred = (_messages(answer) for answer in answers)
+            queued, in_flight, deferred = (inspected_messages(answer) for answer in answers)
             return {
                 "node": addr,
                 "hostname": by_address[addr]["hostname"],
@@ -625,7 +299,7 @@ class ClusterInfo:
             }
 
         values, failures = await self._fan_out("nsqd", list(by_address), query)
-        nodes = sorted((v for _, v in values if isinstance(v, dict)), key=_by_host)
+        nodes = sorted((v for _, v in values if isinstance(v, dict)), key=by_host)
         unsupported = sorted(a for a, v in values if v == "unsupported")
         return Result(Inspection(nodes, unsupported), failures)
 

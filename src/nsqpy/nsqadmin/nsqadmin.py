@@ -29,8 +29,8 @@ from aiohttp import web
 from .. import version_line
 from ..internal import lg
 from ..internal.api_client import ApiClient
+from ..internal.http_server import start_app
 from ..internal.net import format_address, listen_socket, split_host_port
-from ..nsqlookupd.nsqlookupd import http_server_logger
 from .clusterinfo import ClusterInfo
 from .history import History, Poller
 from .http import AdminHTTP, normalize_base_path
@@ -163,16 +163,9 @@ class NSQAdmin:
         self._http_text = format_address(self.real_http_address)
         self._notifications = asyncio.Queue()
         self._notifier = asyncio.get_running_loop().create_task(self._send_notifications())
-        runner = web.AppRunner(
-            AdminHTTP(self).make_app(),
-            access_log=None,
-            handle_signals=False,
-            shutdown_timeout=1.0,
-            logger=http_server_logger(self.logger),
+        self._runner = await start_app(
+            AdminHTTP(self).make_app(), sock, self.logger, shutdown_timeout=1.0
         )
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-        self._runner = runner
         self.logger.info(f"HTTP: listening on {self._http_text}")
         self.poller.start()
 

@@ -30,6 +30,7 @@ from ..internal import lg
 from ..internal.api_client import ApiClient, RequestError, api_url
 from ..internal.durations import format_duration
 from ..internal.flags import BOOL, DURATION, INT, LOG_LEVEL, STR, option
+from ..internal.http_server import start_app
 from ..internal.net import ListenError, format_address, listen_socket
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from . import common
@@ -422,15 +423,11 @@ async def run(opts: Options) -> int:
     logger = lg.Logger(opts.log_prefix, opts.log_level)
     stopping = common.stop_event()
     server = PubSubServer(opts, logger)
-    runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None)
-    await runner.setup()
     try:
         sock = listen_socket(opts.http_address)
     except ListenError as exc:
-        await runner.cleanup()
         raise common.FatalError(f"FATAL: {exc}") from None
-    site = web.SockSite(runner, sock)
-    await site.start()
+    runner = await start_app(server.app(), sock, handler_cancellation=True)
     logger.info(f"HTTP: listening on {format_address(sock.getsockname())}")
     try:
         await stopping.wait()

@@ -14,6 +14,7 @@ from ..internal.http_api import ApiError, RouteHandler, v1_json
 from ..internal.metrics import metrics_handler
 from . import inspect
 from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
+from .http_params import channel_args, existing_topic, first, query
 from .metrics import build_registry
 
 if TYPE_CHECKING:
@@ -50,9 +51,7 @@ class BeyondHandlers:
         self.nsqd = server.nsqd
 
     def _channel(self, request: web.Request) -> Channel:
-        from .http import query
-
-        topic, name = self.server._channel_args(query(request))
+        topic, name = channel_args(self.nsqd, query(request))
         channel = topic.get_existing_channel(name)
         if channel is None:
             raise ApiError(404, "CHANNEL_NOT_FOUND")
@@ -63,8 +62,6 @@ class BeyondHandlers:
     async def channel_config(self, request: web.Request) -> web.Response:
         """GET: a channel's dead-letter settings; POST with ``max_attempts`` and/or
         ``dead_letter_topic_suffix``: change them (kept in nsqpy.channel_config.json)."""
-        from .http import first, query
-
         params = query(request)
         channel = self._channel(request)
         if request.method == "POST":
@@ -88,8 +85,6 @@ class BeyondHandlers:
     async def dead_letter(self, request: web.Request) -> web.Response:
         """The history of a dead-lettered message (``id``), or the latest of a dead-letter
         topic (``topic``, at most ``n``)."""
-        from .http import first, query
-
         params = query(request)
         msg_id = first(params, "id")
         if msg_id is not None:
@@ -106,16 +101,12 @@ class BeyondHandlers:
     # ------------------------------------------------------------------ inspection
 
     async def topic_peek(self, request: web.Request) -> web.Response:
-        from .http import first, query
-
         params = query(request)
-        topic = self.server._existing_topic(params, validate=True)
+        topic = existing_topic(self.nsqd, params, validate=True)
         msgs = inspect.peek_topic(topic, _count(first(params, "n"), 1))
         return _messages(msgs, first(params, "format"))
 
     async def channel_peek(self, request: web.Request) -> web.Response:
-        from .http import first, query
-
         params = query(request)
         channel = self._channel(request)
         msgs = inspect.peek_channel(channel, _count(first(params, "n"), 1))

@@ -1,12 +1,12 @@
-"""``nsqpy.nsqadmin.clusterinfo`` as a library, with no web layer, against a real cluster."""
+"""``nsqpy.internal.clusterinfo`` as a library, with no web layer, against a real cluster."""
 
 from __future__ import annotations
 
 import pytest
 
 from nsqpy.internal.api_client import ApiClient
-from nsqpy.nsqadmin.cluster_types import http_address
-from nsqpy.nsqadmin.clusterinfo import ClusterInfo, UpstreamError
+from nsqpy.internal.clusterinfo import ClusterInfo, UpstreamError
+from nsqpy.internal.clusterinfo_types import http_address
 
 from .conftest import Cluster
 

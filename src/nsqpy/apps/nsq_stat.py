@@ -20,28 +20,18 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
-from ..internal.api_client import ApiClient, api_url
+from ..internal.api_client import ApiClient
+from ..internal.clusterinfo import ClusterInfo, Result, UpstreamError
+from ..internal.clusterinfo_types import Json
 from ..internal.flags import BOOL, DURATION, STR, STR_LIST, UsageError, option
-from ..internal.net import join_host_port
 from ..protocol.errors import go_quote
 from .common import FatalError, HTTPClientFlags, run_app
 
 PROGRAM = "nsq_stat"
 HEADER_EVERY = 25
-#: the summed fields of a channel, in the order of a report line's numbers
-_COUNTERS = (
-    "depth",
-    "memory_depth",
-    "backend_depth",
-    "in_flight_count",
-    "deferred_count",
-    "requeue_count",
-    "timeout_count",
-    "message_count",
-    "client_count",
-)
+T = TypeVar("T")
 
 
 @dataclass
@@ -94,7 +84,7 @@ def header() -> str:
     return f"{rule}\n{names}\n"
 
 
-def report_line(new: dict[str, int], old: dict[str, int], interval: float) -> str:
+def report_line(new: Json, old: Json, interval: float) -> str:
     """One report: Go's ``%7d %7d | %7d %7d %7d %5d %5d | %7d %7d %12d %7d``."""
     received = new["message_count"] - old["message_count"]
     ingress = int(received / interval)
@@ -110,111 +100,45 @@ def report_line(new: dict[str, int], old: dict[str, int], interval: float) -> st
 # ---------------------------------------------------------------------- cluster queries
 
 
-class StatsClient:
-    """The parts of Go's clusterinfo nsq_stat uses, with its error texts."""
+def _value(result: Result[T]) -> T:
+    """Go's nsq_stat treats a partial error as fatal too: any failure raises its text."""
+    if result.failures:
+        raise UpstreamError(result.error_text, result.failures)
+    return result.value
 
-    def __init__(self, client: ApiClient) -> None:
-        self.client = client
 
-    async def get_v1(self, url: str) -> Any:
-        return await self.client.get_v1(url)
+async def topic_producers(ci: ClusterInfo, opts: Options) -> list[Json]:
+    if opts.lookupd_http_address:
+        found = await ci.get_lookupd_topic_producers(opts.topic, opts.lookupd_http_address)
+    else:
+        found = await ci.get_nsqd_topic_producers(opts.topic, opts.nsqd_http_address)
+    return _value(found)
 
-    async def _all(self, urls: list[str]) -> list[Any]:
-        return await asyncio.gather(*(self.get_v1(u) for u in urls), return_exceptions=True)
 
-    async def lookupd_topic_producers(self, topic: str, lookupds: list[str]) -> list[str]:
-        urls = [api_url(a, "lookup", topic=topic) for a in lookupds]
-        producers: list[str] = []
-        errors: list[str] = []
-        for result in await self._all(urls):
-            if isinstance(result, BaseException):
-                errors.append(str(result))
-                continue
-            for p in (result or {}).get("producers") or ():
-                address = join_host_port(p["broadcast_address"], p["http_port"])
-                if address not in producers:
-                    producers.append(address)
-        if errors and len(errors) == len(lookupds):
-            raise RuntimeError("failed to query any nsqlookupd: " + "\n".join(errors))
-        if errors:
-            raise RuntimeError("\n".join(errors))
-        return producers
-
-    async def nsqd_topic_producers(self, topic: str, nsqds: list[str]) -> list[str]:
-        results = await asyncio.gather(
-            *(self._nsqd_producer(a, topic) for a in nsqds), return_exceptions=True
-        )
-        errors = [str(r) for r in results if isinstance(r, BaseException)]
-        if errors and len(errors) == len(nsqds):
-            raise RuntimeError("failed to query any nsqd: " + "\n".join(errors))
-        if errors:
-            raise RuntimeError("\n".join(errors))
-        return [r for r in results if isinstance(r, str)]
-
-    async def _nsqd_producer(self, address: str, topic: str) -> str | None:
-        url = api_url(address, "stats", format="json", topic=topic, include_clients="false")
-        stats = await self.get_v1(url)
-        if not any(t.get("topic_name") == topic for t in stats.get("topics") or ()):
-            return None
-        info = await self.get_v1(api_url(address, "info"))
-        host, port = info.get("broadcast_address"), info.get("http_port")
-        if not host:  # an old nsqd: use the address we were given
-            host, _, port_text = address.rpartition(":")
-            host, port = host.strip("[]"), int(port_text)
-        return join_host_port(host, port)
-
-    async def channel_stats(
-        self, producers: list[str], topic: str, channel: str
-    ) -> dict[str, int] | None:
-        params = {"format": "json", "topic": topic, "channel": channel, "include_clients": "false"}
-        results = await self._all([api_url(p, "stats", **params) for p in producers])
-        errors = [str(r) for r in results if isinstance(r, BaseException)]
-        if len(errors) == len(producers):  # with no producers at all, as Go: an empty list
-            raise RuntimeError("failed to query any nsqd: " + "\n".join(errors))
-        total: dict[str, int] | None = None
-        for result in results:
-            if isinstance(result, BaseException):
-                continue
-            for t in result.get("topics") or ():
-                if t.get("topic_name") != topic:
-                    continue
-                for c in t.get("channels") or ():
-                    if c.get("channel_name") != channel:
-                        continue
-                    c = dict(c, memory_depth=c["depth"] - c["backend_depth"])
-                    total = total or dict.fromkeys(_COUNTERS, 0)
-                    for key in _COUNTERS:
-                        total[key] += int(c.get(key) or 0)
-        if errors:
-            raise RuntimeError("\n".join(errors))
-        return total
+async def channel_totals(ci: ClusterInfo, producers: list[Json], opts: Options) -> Json | None:
+    """The channel's stats summed over its producers; None if none of them has it. With no
+    producers at all this fails as Go's does (``failed to query any nsqd: ``)."""
+    found = await ci.get_nsqd_stats(producers, opts.topic, opts.channel, include_clients=False)
+    return _value(found).channels.get(opts.channel)
 
 
 # ---------------------------------------------------------------------- the loop
 
 
 async def stat_loop(opts: Options) -> None:
-    api = ApiClient(opts.http_client_connect_timeout, opts.http_client_request_timeout)
-    try:
-        client = StatsClient(api)
-        previous: dict[str, int] | None = None
+    client = ApiClient(opts.http_client_connect_timeout, opts.http_client_request_timeout)
+    async with ClusterInfo(client) as ci:
+        previous: Json | None = None
         reports = opts.reports
         i = 0
         while reports is None or reports >= i:
             try:
-                if opts.lookupd_http_address:
-                    producers = await client.lookupd_topic_producers(
-                        opts.topic, opts.lookupd_http_address
-                    )
-                else:
-                    producers = await client.nsqd_topic_producers(
-                        opts.topic, opts.nsqd_http_address
-                    )
-            except RuntimeError as exc:
+                producers = await topic_producers(ci, opts)
+            except UpstreamError as exc:
                 raise FatalError(f"ERROR: failed to get topic producers - {exc}") from None
             try:
-                current = await client.channel_stats(producers, opts.topic, opts.channel)
-            except RuntimeError as exc:
+                current = await channel_totals(ci, producers, opts)
+            except UpstreamError as exc:
                 raise FatalError(f"ERROR: failed to get nsqd stats - {exc}") from None
             if current is None:
                 raise FatalError(
@@ -230,8 +154,6 @@ async def stat_loop(opts: Options) -> None:
             previous = current
             await asyncio.sleep(opts.interval)
             i += 1
-    finally:
-        await api.close()
 
 
 def _check(opts: Options) -> None:

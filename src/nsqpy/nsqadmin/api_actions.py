@@ -12,12 +12,12 @@ from typing import Any
 
 from aiohttp import web
 
+from ..internal import clusterinfo as cluster
 from ..internal import lg
 from ..internal.flags import render_value, specs
 from ..internal.http_api import ApiError, v1_json
 from ..internal.net import format_address
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
-from . import clusterinfo as cluster
 from .context import AdminContext, Warnings, upstream_error
 from .options import COMMAND_ONLY, Options
 

@@ -10,11 +10,18 @@ from urllib.parse import urlencode, urlsplit
 import aiohttp
 from aiohttp import web
 
+from ..internal import clusterinfo as cluster
 from ..internal.api_client import RequestError
+from ..internal.clusterinfo_types import (
+    Inspection,
+    Json,
+    NodeStats,
+    http_address,
+    new_topic_aggregate,
+    topic_add,
+)
 from ..internal.http_api import ApiError, v1_json
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
-from . import clusterinfo as cluster
-from .cluster_types import Inspection, Json, NodeStats, http_address, new_topic_aggregate, topic_add
 from .context import AdminContext, Warnings, upstream_error
 
 

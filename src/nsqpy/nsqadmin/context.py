@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from ..internal import clusterinfo as cluster
 from ..internal import lg
 from ..internal.http_api import ApiError
-from . import clusterinfo as cluster
 from .options import Options
 
 if TYPE_CHECKING:

@@ -38,10 +38,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..internal import clusterinfo as ci
 from ..internal import lg
 from ..internal.api_client import RequestError
-from . import clusterinfo as ci
-from .cluster_types import http_address, producer_from_info
+from ..internal.clusterinfo_types import http_address, producer_from_info
 
 Json = dict[str, Any]
 

@@ -29,9 +29,9 @@ from aiohttp import web
 from .. import version_line
 from ..internal import lg
 from ..internal.api_client import ApiClient
+from ..internal.clusterinfo import ClusterInfo
 from ..internal.http_server import start_app
 from ..internal.net import format_address, listen_socket, split_host_port
-from .clusterinfo import ClusterInfo
 from .history import History, Poller
 from .http import AdminHTTP, normalize_base_path
 from .options import Options

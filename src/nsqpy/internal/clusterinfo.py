@@ -1,4 +1,4 @@
-"""Query and aggregate an NSQ cluster over HTTP (Go: ``internal/clusterinfo``); no web layer.
+"""Query an NSQ cluster over HTTP (Go: ``internal/clusterinfo``), for nsqadmin and nsq_stat.
 
     async with ClusterInfo(ApiClient()) as ci:
         topics = await ci.get_lookupd_topics(["127.0.0.1:4161"])
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ..internal import lg
-from ..internal.api_client import ApiClient, RequestError, query_string
-from .cluster_types import (
+from . import lg
+from .api_client import ApiClient, RequestError, query_string
+from .clusterinfo_types import (
     Inspection,
     Json,
     NodeStats,

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Protocol, Self
 
 from .lg import Logger
 from .net import ListenError
@@ -19,6 +20,29 @@ class Service(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+class ServiceContext:
+    """``async with daemon:`` for a daemon used as a library: ``start()`` on entry, ``stop()``
+    on exit, whatever ended the block."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
 
 
 def run_event_loop(main: Coroutine[Any, Any, int], use_uvloop: bool = True) -> int:

@@ -19,7 +19,6 @@ import ipaddress
 import json
 import socket
 import ssl
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +29,7 @@ from .. import version_line
 from ..internal import lg
 from ..internal.api_client import ApiClient
 from ..internal.clusterinfo import ClusterInfo
+from ..internal.daemon import ServiceContext
 from ..internal.http_server import start_app
 from ..internal.net import format_address, listen_socket, split_host_port
 from .history import History, Poller
@@ -122,7 +122,7 @@ def validate(opts: Options) -> None:
         raise ConfigError("--poll-interval must not be negative")
 
 
-class NSQAdmin:
+class NSQAdmin(ServiceContext):
     """One nsqadmin: the HTTP server, the cluster client, the poller and the notifier."""
 
     def __init__(self, options: Options | None = None, *, logger: lg.Logger | None = None):
@@ -188,18 +188,6 @@ class NSQAdmin:
         notifier.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await notifier
-
-    async def __aenter__(self) -> NSQAdmin:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # ------------------------------------------------------------------ runtime changes
 

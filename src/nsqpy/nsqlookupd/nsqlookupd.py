@@ -15,12 +15,12 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 from aiohttp import web
 
 from .. import version_line
 from ..internal import lg
+from ..internal.daemon import ServiceContext
 from ..internal.http_server import start_app
 from ..internal.net import (
     Admission,
@@ -41,7 +41,7 @@ def version_string(app: str = "nsqlookupd") -> str:
     return version_line(app)
 
 
-class NSQLookupd:
+class NSQLookupd(ServiceContext):
     """One nsqlookupd: a registration DB with its TCP (nsqd) and HTTP (clients) listeners."""
 
     def __init__(
@@ -115,15 +115,3 @@ class NSQLookupd:
         admission, self._admission = self._admission, None
         if admission is not None:
             admission.close()
-
-    async def __aenter__(self) -> NSQLookupd:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()

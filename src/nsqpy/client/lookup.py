@@ -76,7 +76,12 @@ class LookupdPoller:
         self.timeout = timeout
         self.rng = rng if rng is not None else random.Random()
         self.rounds = 0
-        self._client = ApiClient(connect_timeout=None, request_timeout=timeout)
+        # A new connection and a fresh name lookup on every poll: a lookupd that moved to
+        # another IP is asked at its new address (nsqio/nsq#1233), not through a kept-alive
+        # connection or aiohttp's 10 s DNS cache.
+        self._client = ApiClient(
+            connect_timeout=None, request_timeout=timeout, dns_cache=False, keep_alive=False
+        )
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 

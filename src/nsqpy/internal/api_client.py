@@ -126,6 +126,9 @@ class ApiClient:
 
     ``connect_timeout`` None leaves connecting bounded by ``request_timeout`` alone. The
     session (one connection pool) is made on first use and lives until :meth:`close`.
+    ``dns_cache`` False looks a name up for every connection and ``keep_alive`` False opens a
+    connection per request: a daemon whose name moves to another address (nsqio/nsq#1233) is
+    asked at its new one, not through a cached lookup or a kept-alive connection.
     """
 
     def __init__(
@@ -133,10 +136,15 @@ class ApiClient:
         connect_timeout: float | None = 2.0,
         request_timeout: float = 5.0,
         ssl_context: ssl.SSLContext | None = None,
+        *,
+        dns_cache: bool = True,
+        keep_alive: bool = True,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.ssl_context = ssl_context
+        self.dns_cache = dns_cache
+        self.keep_alive = keep_alive
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -144,7 +152,12 @@ class ApiClient:
             timeout = aiohttp.ClientTimeout(
                 total=self.request_timeout, sock_connect=self.connect_timeout
             )
-            connector = aiohttp.TCPConnector(limit=100, ssl=self.ssl_context or True)
+            connector = aiohttp.TCPConnector(
+                limit=100,
+                ssl=self.ssl_context or True,
+                use_dns_cache=self.dns_cache,
+                force_close=not self.keep_alive,
+            )
             self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self._session
 

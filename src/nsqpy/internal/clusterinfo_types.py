@@ -194,6 +194,7 @@ def channel_from_nsqd(data: Json, topic: str, node: str, hostname: str, now: flo
         "paused": data.get("paused", False),
         "e2e_processing_latency": _e2e_from_nsqd(data.get("e2e_processing_latency")),
         **_dead_letter_keys(data),
+        **queue_limit_keys(data),  # nsqd --max-queue-bytes
     }
 
 
@@ -206,6 +207,38 @@ def _dead_letter_keys(data: Json) -> Json:
         "max_attempts": data.get("max_attempts", 0),
         "dead_letter_count": data.get("dead_letter_count", 0),
     }
+
+
+#: Summed over nodes; ``max_queue_bytes`` aggregates as the highest cap.
+QUEUE_LIMIT_SUMS = ("queue_bytes", "queue_dropped_count", "queue_refused_count")
+
+
+def queue_limit_keys(data: Json) -> Json:
+    """nsqd's bounded-queue figures (``--max-queue-bytes``), only where nsqd gives them: a
+    queue without the feature keeps exactly Go's keys."""
+    if "max_queue_bytes" not in data:
+        return {}
+    out: Json = {
+        "max_queue_bytes": data.get("max_queue_bytes", 0),
+        "queue_full_policy": data.get("queue_full_policy", ""),
+    }
+    out.update({key: data.get(key, 0) for key in QUEUE_LIMIT_SUMS})
+    return out
+
+
+def queue_limit_add(total: Json, node_stats: Json) -> None:
+    """One node's figures into the cluster aggregate (the highest cap, the sums; the policy,
+    or ``mixed`` when nodes differ)."""
+    if "max_queue_bytes" not in node_stats:
+        return
+    first = "max_queue_bytes" not in total
+    total["max_queue_bytes"] = max(total.get("max_queue_bytes", 0), node_stats["max_queue_bytes"])
+    policy = node_stats["queue_full_policy"]
+    if not first and total.get("queue_full_policy") != policy:
+        policy = "mixed"
+    total["queue_full_policy"] = policy
+    for key in QUEUE_LIMIT_SUMS:
+        total[key] = total.get(key, 0) + node_stats[key]
 
 
 def topic_from_nsqd(data: Json, node: str, hostname: str, now: float) -> Json:
@@ -226,6 +259,7 @@ def topic_from_nsqd(data: Json, node: str, hostname: str, now: float) -> Json:
         else [channel_from_nsqd(c, name, node, hostname, now) for c in channels],
         "paused": data.get("paused", False),
         "e2e_processing_latency": _e2e_from_nsqd(data.get("e2e_processing_latency")),
+        **queue_limit_keys(data),  # nsqd --max-queue-bytes
     }
 
 
@@ -269,6 +303,7 @@ def channel_add(total: Json, node_stats: Json) -> None:
         total["dead_letter_count"] = (
             total.get("dead_letter_count", 0) + node_stats["dead_letter_count"]
         )
+    queue_limit_add(total, node_stats)
     if node_stats["clients"]:  # Go appends to a nil slice: null until a client is seen
         clients = [*(total["clients"] or []), *node_stats["clients"]]
         total["clients"] = sorted(clients, key=lambda c: (c["hostname"], c["node"]))
@@ -297,6 +332,7 @@ def topic_add(total: Json, node_stats: Json) -> None:
     for key in ("depth", "memory_depth", "backend_depth", "message_count"):
         total[key] += node_stats[key]
     total["paused"] = total["paused"] or node_stats["paused"]
+    queue_limit_add(total, node_stats)
     for channel in node_stats["channels"] or []:
         channels = total["channels"] if total["channels"] is not None else []
         total["channels"] = channels

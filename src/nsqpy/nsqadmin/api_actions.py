@@ -50,7 +50,7 @@ def _json_kind(value: Any) -> str:
     return "string" if isinstance(value, str) else "value"
 
 
-def _string_field(body: Any, key: str) -> str:
+def string_field(body: Any, key: str) -> str:
     """``body[key]`` decoded into a Go string field (absent or null: ``""``)."""
     if not isinstance(body, dict):
         raise ValueError(f"json: cannot unmarshal {_json_kind(body)} into Go value")
@@ -99,9 +99,16 @@ class ActionHandlers(AdminContext):
     """The handlers that change the cluster or nsqadmin itself (admins only, where set)."""
 
     def notify(
-        self, action: str, topic: str, channel: str, node: str, request: web.Request
+        self,
+        action: str,
+        topic: str,
+        channel: str,
+        node: str,
+        request: web.Request,
+        remote_address: str = "",
     ) -> None:
-        """Go's ``notifyAdminAction``: queue the audit record; never blocks the request."""
+        """Go's ``notifyAdminAction``: queue the audit record; never blocks the request.
+        ``remote_address``: the client a ``kick_client`` closed (nsqpy, additive)."""
         if not self.opts.notification_http_endpoint:
             return
         scheme = "https" if request.secure or request.headers.get("X-Scheme") == "https" else "http"
@@ -114,6 +121,8 @@ class ActionHandlers(AdminContext):
             record["channel"] = channel
         if node:
             record["node"] = node
+        if remote_address:
+            record["remote_address"] = remote_address
         record["timestamp"] = int(time.time())
         user = _basic_auth_user(request)
         if user:
@@ -124,7 +133,7 @@ class ActionHandlers(AdminContext):
         record["via"] = self.admin.hostname
         self.admin.notify(record)
 
-    async def _json_body(self, request: web.Request) -> Any:
+    async def json_body(self, request: web.Request) -> Any:
         try:
             return _decode_json_body(await request.read())
         except ValueError as exc:
@@ -139,7 +148,7 @@ class ActionHandlers(AdminContext):
         self.require_admin(request)
         node = request.match_info["node"]
         try:
-            topic = _string_field(_decode_json_body(await request.read()), "topic")
+            topic = string_field(_decode_json_body(await request.read()), "topic")
         except ValueError:
             raise ApiError(400, "INVALID_BODY") from None
         if not is_valid_topic_name(topic):
@@ -153,9 +162,9 @@ class ActionHandlers(AdminContext):
 
     async def create_topic_channel(self, request: web.Request) -> web.Response:
         self.require_admin(request)
-        body = await self._json_body(request)
+        body = await self.json_body(request)
         try:
-            topic, channel = _string_field(body, "topic"), _string_field(body, "channel")
+            topic, channel = string_field(body, "topic"), string_field(body, "channel")
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         if not is_valid_topic_name(topic):
@@ -202,9 +211,9 @@ class ActionHandlers(AdminContext):
         self, request: web.Request, topic: str, channel: str
     ) -> web.Response:
         self.require_admin(request)
-        body = await self._json_body(request)
+        body = await self.json_body(request)
         try:
-            action = _string_field(body, "action")
+            action = string_field(body, "action")
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         if action not in ("pause", "unpause", "empty"):

@@ -82,7 +82,7 @@ class ReadHandlers(AdminContext):
         except cluster.UpstreamError:
             return []
 
-    async def _topic_producers(self, topic: str, warnings: Warnings) -> tuple[list[Json], set[str]]:
+    async def topic_producers(self, topic: str, warnings: Warnings) -> tuple[list[Json], set[str]]:
         """The producers of a topic, plus (lookupd mode) the nodes tombstoned for it, which
         lookupd's ``/lookup`` leaves out and Go's pages hide. Returns the tombstoned nodes'
         HTTP addresses too."""
@@ -128,7 +128,7 @@ class ReadHandlers(AdminContext):
     async def topic(self, request: web.Request) -> web.Response:
         topic = request.match_info["topic"]
         warnings = Warnings(self.logger)
-        producers, tombstoned = await self._topic_producers(topic, warnings)
+        producers, tombstoned = await self.topic_producers(topic, warnings)
         stats = await self._stats(producers, topic, "", False, warnings, "topic metadata")
         total = new_topic_aggregate(topic)
         for node_stats in stats.topics:
@@ -141,7 +141,7 @@ class ReadHandlers(AdminContext):
     async def channel(self, request: web.Request) -> web.Response:
         topic, channel = request.match_info["topic"], request.match_info["channel"]
         warnings = Warnings(self.logger)
-        producers, tombstoned = await self._topic_producers(topic, warnings)
+        producers, tombstoned = await self.topic_producers(topic, warnings)
         stats = await self._stats(producers, topic, channel, True, warnings, "channel metadata")
         body: dict[str, Any] = dict(stats.channels.get(channel) or {})
         for node_stats in body.get("nodes") or []:
@@ -161,7 +161,7 @@ class ReadHandlers(AdminContext):
             raise ApiError(400, "INVALID_CHANNEL")
         limit = _inspect_limit(request.query.get("n"))
         warnings = Warnings(self.logger)
-        producers, _ = await self._topic_producers(topic, warnings)
+        producers, _ = await self.topic_producers(topic, warnings)
         found = Inspection([], [])
         if producers:
             try:

@@ -5,8 +5,8 @@
 Beyond Go (additive): ``/api/overview``, ``/api/history`` and ``/metrics`` (the poller's rates,
 history and Prometheus gauges), ``/api/topics/:topic/:channel/inspect`` (nsqpy nsqd's
 ``--enable-inspect`` listings), an ``unreachable`` list beside Go's ``WARNING:`` message,
-``total_topics`` on a node, tombstoned producers kept on topic and channel pages, and refusal
-of cross-site writes.
+``total_topics`` on a node, tombstoned producers kept on topic and channel pages, refusal
+of cross-site writes, and ``POST /api/topics/:topic/:channel/clients`` (kick a client, kick.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..internal.http_api import (
     v1_errors,
     v1_json,
 )
+from . import kick
 from .api_actions import ActionHandlers
 from .api_read import ReadHandlers
 from .metrics import cluster_metrics_handler
@@ -121,6 +122,7 @@ class AdminHTTP(PageHandlers, ReadHandlers, ActionHandlers):
             ("POST", "/api/topics", self.create_topic_channel),
             ("POST", "/api/topics/{topic}", self.topic_action),
             ("POST", "/api/topics/{topic}/{channel}", self.channel_action),
+            ("POST", "/api/topics/{topic}/{channel}/clients", self.kick_client),
             ("DELETE", "/api/nodes/{node}", self.tombstone_node_for_topic),
             ("DELETE", "/api/topics/{topic}", self.delete_topic),
             ("DELETE", "/api/topics/{topic}/{channel}", self.delete_channel),
@@ -154,3 +156,6 @@ class AdminHTTP(PageHandlers, ReadHandlers, ActionHandlers):
             )
             return v1_json({"message": "FORBIDDEN"}, 403)
         return await handler(request)
+
+    async def kick_client(self, request: web.Request) -> web.Response:
+        return await kick.kick_client(self, request)

@@ -17,7 +17,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from . import lg
@@ -84,12 +83,7 @@ class ClusterInfo:
     async def __aenter__(self) -> ClusterInfo:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.client.close()
 
     def _log(self, text: str) -> None:

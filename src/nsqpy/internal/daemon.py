@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
-from types import TracebackType
 from typing import Any, Protocol, Self
 
 from .lg import Logger
@@ -36,12 +35,7 @@ class ServiceContext:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
 

@@ -16,6 +16,7 @@ from ..protocol.message import (
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
+    from .read_holds import Hold
 
 
 class Message:
@@ -28,6 +29,7 @@ class Message:
         "deferred",
         "delivery_ts",
         "group",
+        "hold",
         "id",
         "pri",
         "timestamp",
@@ -43,6 +45,8 @@ class Message:
         self.delivery_ts = 0.0  # monotonic seconds
         self.pri = 0.0  # in-flight deadline or deferred due time, monotonic seconds
         self.group: dict[bytes, Message] | None = None  # the in-flight group holding it
+        # its record in the channel's disk queue, kept until it is finished (read_holds.py)
+        self.hold: Hold | None = None
 
     def copy(self) -> Message:
         clone = Message(self.id, self.body, self.timestamp, self.attempts)

@@ -1,4 +1,4 @@
-"""A short chaos run (about 80 s): every fault class once, then the checker's verdict and a
+"""A short chaos run (60 s of faults): every fault class once, then the checker's verdict and a
 clean machine afterwards. Root only (network namespaces); CI runs as root."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ SEED, DURATION, MSG_TIMEOUT = 7, 60.0, 3.0
 
 
 @pytest.mark.timeout(300)
-def test_short_run_loses_nothing_but_in_flight_and_leaves_nothing_behind(tmp_path: Path):
+def test_short_run_loses_nothing_and_leaves_nothing_behind(tmp_path: Path):
     run = Run(
         RunOptions(
             seed=SEED,
@@ -39,13 +39,9 @@ def test_short_run_loses_nothing_but_in_flight_and_leaves_nothing_behind(tmp_pat
     assert check["refused_but_delivered"] == 0
     # every heal was followed by deliveries from the healed node (consumers came back)
     assert all(row["seconds"] is not None for row in check["recovery"]), check["recovery"]
-    # lost must be 0 with --mem-queue-size=0 --sync-every=1, except (until issue 22) the
-    # messages an nsqd held in flight when it was killed: each lost one was acknowledged
-    # shortly before a kill -9 (it was published, then handed to the consumer, then lost)
-    kills = [f["started"] for f in faults if f["kind"] == "kill-nsqd"]
-    acked_at = {e["n"]: e["t"] for e in _events(tmp_path / "producer.jsonl", "pub")}
-    for number in check["lost_numbers"]:
-        assert any(k - 3 * MSG_TIMEOUT <= acked_at[number] <= k for k in kills), number
+    # --mem-queue-size=0 --sync-every=1: nothing acknowledged is lost, also not what an nsqd
+    # held in flight when it was killed -9 (issue 22: in-flight messages are persisted)
+    assert check["lost"] == 0, (check["lost_numbers"], check["lost_by_fault"])
 
     # nothing left: namespaces (and with them every veth and the bridge), processes, mounts
     assert list_netns(run.prefix) == []
@@ -53,9 +49,3 @@ def test_short_run_loses_nothing_but_in_flight_and_leaves_nothing_behind(tmp_pat
     daemons = [*run.cluster.nsqds.values(), *run.cluster.lookupds.values()]
     assert all(d.proc is not None and d.proc.poll() is not None for d in daemons)
     assert all(w.proc.poll() is not None for w in run.workloads)
-
-
-def _events(path: Path, op: str) -> list[dict]:
-    from nsqpy.chaos.checker import read_history
-
-    return [e for e in read_history(path) if e["op"] == op]

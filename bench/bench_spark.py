@@ -38,7 +38,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _spark_common import channel_depth, fill, load, make_topic, parquet_rows, rate
-
 from nsqpy.client import Producer
 from nsqpy.pipeline.local import LocalNSQ
 
@@ -114,6 +113,27 @@ def python_floor_source(count: int, size: int, per_trigger: int, per_partition: 
             return GenReader()
 
     return GenSource
+
+
+def noop_writer_source() -> type:
+    """A Python sink that takes the Arrow batches and drops them: what Spark's side costs."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class NoopWriter(DataSourceArrowWriter):
+        def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class NoopSink(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "benchnoop"
+
+        def writer(self, schema: Any, overwrite: bool) -> NoopWriter:
+            return NoopWriter()
+
+    return NoopSink
 
 
 # ---------------------------------------------------------------------- streaming runs
@@ -249,15 +269,17 @@ def run_spark(args: argparse.Namespace, nsq: LocalNSQ, work: Path, count: int) -
         floor = pyfloor = 0.0
         if "floor" not in args.skip:
             files = max(1, args.per_trigger // args.per_partition)
-            df = spark.readStream.schema(FULL_SCHEMA).option("maxFilesPerTrigger", files)
-            result = run_to_parquet(df.parquet(str(work / "floor-in")), work, "floor")
+            reader = spark.readStream.schema(FULL_SCHEMA).option("maxFilesPerTrigger", files)
+            result = run_to_parquet(reader.parquet(str(work / "floor-in")), work, "floor")
             floor = report_stream("FLOOR: Spark's Parquet file source -> Parquet", *result)
         if "pyfloor" not in args.skip:
             spark.dataSource.register(
                 python_floor_source(count, args.size, args.per_trigger, args.per_partition)
             )
             result = run_to_parquet(spark.readStream.format("benchgen").load(), work, "pyfloor")
-            pyfloor = report_stream("PYTHON FLOOR: in-memory Python data source -> Parquet", *result)
+            pyfloor = report_stream(
+                "PYTHON FLOOR: in-memory Python data source -> Parquet", *result
+            )
 
         options = {
             "lookupd": nsq.lookupd_http,
@@ -302,14 +324,18 @@ def run_sink(spark: Any, args: argparse.Namespace, nsq: LocalNSQ, out: Path, cou
     print(f"SINK: df.write.format('nsq') ({cores} partitions)  {load()}", flush=True)
     print(f"  sink                 {rate(published, sink_s, 'rows')}", flush=True)
 
-    rows = [
-        b
-        for b in ds.dataset(str(out), format="parquet").to_table(columns=["body"])["body"].to_pylist()
-    ]
+    spark.dataSource.register(noop_writer_source())
+    started = time.perf_counter()
+    bodies.write.format("benchnoop").mode("append").save()
+    noop_s = time.perf_counter() - started
+    print(f"  Spark's Python writer, discarding rows  {rate(count, noop_s, 'rows')}", flush=True)
+
+    rows = ds.dataset(str(out), format="parquet").to_table(columns=["body"])["body"].to_pylist()
     producer_s = asyncio.run(publish_with_producer(nsq.nsqd_tcp, rows, args.sink_batch))
     produced = channel_depth(nsq, "bench_prod", "check")
     print(f"  Producer, 1 process  {rate(produced, producer_s, 'rows')}  {load()}", flush=True)
     print(f"  sink / Producer: {producer_s / sink_s:.2f}x", flush=True)
+    print(f"  Python writer (no NSQ) / Producer: {producer_s / noop_s:.2f}x", flush=True)
     if published != count or produced != count:
         print(f"ERROR: {published} and {produced} arrived, {count} written", file=sys.stderr)
         return 1

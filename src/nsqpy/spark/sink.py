@@ -160,11 +160,11 @@ class _Batcher:
         pending, _ = self.pending.get(topic, ([], _MPUB_OVERHEAD))
         combined = pending + bodies if pending else bodies
         cut = len(combined) - len(combined) % size
-        full = [(topic, combined[i : i + size]) for i in range(0, cut, size)]
+        batches = [(topic, combined[i : i + size]) for i in range(0, cut, size)]
         rest = combined[cut:]
         total = _MPUB_OVERHEAD + sum(len(b) for b in rest) + _PER_MESSAGE_OVERHEAD * len(rest)
         self.pending[topic] = (rest, total)
-        return full
+        return batches
 
     def drain(self) -> Iterator[tuple[str, list[bytes]]]:
         for topic, (bodies, _) in self.pending.items():

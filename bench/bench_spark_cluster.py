@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,19 @@ def run_query(spark: Any, options: dict[str, str], work: Path, name: str) -> tup
         raise RuntimeError(f"{name}: {query.exception()}")
     batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
     return elapsed, (batches, parquet_rows(out))
+
+
+def channel_counts(nsq: LocalNSQ, channel: str) -> list[dict[str, Any]]:
+    """The channel's counters on each nsqd, to explain a short run."""
+    keys = ("depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count")
+    found = []
+    for http in nsq.nsqd_http:
+        url = f"http://{http}/stats?format=json&topic=bench&channel={channel}"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            for topic in json.loads(resp.read()).get("topics") or ():
+                for c in topic.get("channels") or ():
+                    found.append({k: c.get(k) for k in keys})
+    return found
 
 
 def main() -> int:
@@ -123,6 +138,7 @@ def run_cluster(args: argparse.Namespace, cluster: StandaloneSpark, work: Path) 
                     )
                     if rows != count:
                         print(f"ERROR: {rows} rows, {count} published", file=sys.stderr)
+                        print(f"  channel: {channel_counts(nsq, f'r{readers}')}", file=sys.stderr)
                         failures += 1
     finally:
         spark.stop()

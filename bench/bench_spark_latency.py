@@ -53,6 +53,7 @@ class Watcher(threading.Thread):
         super().__init__(daemon=True)
         self.out = out
         self.latencies: list[float] = []
+        self.published: list[float] = []
         self.first_commit: float | None = None
         self.stopping = threading.Event()
         self.seen: set[str] = set()
@@ -79,7 +80,9 @@ class Watcher(threading.Thread):
                     bodies = pq.read_table(path, columns=["body"])["body"].to_pylist()
                     if bodies and self.first_commit is None:
                         self.first_commit = now
-                    self.latencies += [now - float(b.split(b" ", 1)[0]) for b in bodies]
+                    stamps = [float(b.split(b" ", 1)[0]) for b in bodies]
+                    self.published += stamps
+                    self.latencies += [now - stamp for stamp in stamps]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -149,11 +152,27 @@ def main() -> int:
                 f"  publish -> visible in Parquet  p50 {p50:.2f} s  p99 {p99:.2f} s  "
                 f"max {top:.2f} s"
             )
-            steady = watcher.latencies[len(watcher.latencies) // 3 :]
+            # the second half of the run: the start-up backlog is behind it
+            half = started + args.seconds / 2
+            steady = [
+                latency
+                for latency, stamp in zip(watcher.latencies, watcher.published, strict=True)
+                if stamp >= half
+            ]
+            if steady:
+                print(
+                    f"  published in the 2nd half of the run  p50 {percentile(steady, 0.5):.2f} s"
+                    f"  p99 {percentile(steady, 0.99):.2f} s"
+                )
+        batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        if batches:
+            first = batches[0]
             print(
-                f"  after the first third of rows  p50 {percentile(steady, 0.5):.2f} s  "
-                f"p99 {percentile(steady, 0.99):.2f} s"
+                f"  first batch: {first['numInputRows']:,} rows, durationMs {first['durationMs']}"
             )
+            rows = [p["numInputRows"] for p in batches[1:]]
+            if rows:
+                print(f"  later batches: {len(rows)}, {sum(rows) / len(rows):,.0f} rows on average")
         print(f"  rows {seen:,} of {sent:,}  {load()}")
         return 0 if seen == sent else 1
     finally:

@@ -328,10 +328,11 @@ def test_deliveries_after_the_task_stopped_taking_go_back_at_once(
         deadline = time.monotonic() + 10
         while collector.late_count < 10 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.2)  # the REQs reach nsqd
+        conn.send_rdy(0)  # as the task did before it stopped: no more redeliveries to us
+        await asyncio.sleep(0.5)  # what was still on the wire arrives and is requeued
         stats = channel(nsqd, topic, CHANNEL)  # while the connection is still open
         conn.close()
         assert stats["in_flight_count"] == 0 and stats["depth"] == 10, stats
         return collector.late_count
 
-    assert asyncio.run(read_after_stopping()) == 10
+    assert asyncio.run(read_after_stopping()) >= 10

@@ -23,6 +23,10 @@ magic, IDENTIFY, then REGISTER for all current topics and channels. A PING every
 command closes the connection; commands queued while the peer cannot connect are dropped,
 because the next connect registers the whole current state anyway.
 
+Names are resolved again on every connect, and once per ping interval a peer checks that its
+name still leads to the address it is connected to; when it no longer does, the peer reconnects
+to the new address (nsqio/nsq#1233: lookupd moved, e.g. a rescheduled pod).
+
 Unlike Go, which notices a lookupd restart only when its next command (at worst the next PING)
 fails, a peer also watches its idle connection: lookupd never speaks unprompted, so EOF or stray
 bytes mean it is gone. Such a drop, or a command failing on an established connection, starts
@@ -35,16 +39,16 @@ All methods must be called from the event loop's thread.
 from __future__ import annotations
 
 import asyncio
-import json
+import ipaddress
 import socket
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import aiohttp
-
 from .. import NSQ_VERSION
 from ..internal import lg
+from ..internal.api_client import ApiClient, api_url
+from ..internal.net import join_host_port
 from ..protocol.frames import MAGIC_V1
 from ..protocol.lookup import (
     E_INVALID,
@@ -86,14 +90,17 @@ def nsqd_identity(
     }
 
 
-def join_host_port(host: str, port: int) -> str:
-    """Go's ``net.JoinHostPort``: brackets around an IPv6 host."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def _split_address(addr: str) -> tuple[str, str]:
     host, _, port = addr.rpartition(":")
     return host.strip("[]"), port
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _describe(cmd: bytes) -> str:
@@ -111,6 +118,7 @@ class LookupPeer:
     __slots__ = (
         "_closed",
         "_owner",
+        "_peer_ip",
         "_queue",
         "_reader",
         "_retry_at",
@@ -138,6 +146,8 @@ class LookupPeer:
         #: when to try reconnecting after a dropped connection (None: not reconnecting)
         self._retry_at: float | None = None
         self._retry_delay = RECONNECT_DELAY
+        #: the IP the last connection reached (to log when the name moves elsewhere)
+        self._peer_ip = ""
 
     def __repr__(self) -> str:
         return f"LookupPeer({self.addr!r}, connected={self.connected})"
@@ -185,6 +195,7 @@ class LookupPeer:
                     next_ping += interval
                     if next_ping <= now:
                         next_ping = now + interval
+                    await self._follow_name()
                     self._owner.log(lg.DEBUG, f"LOOKUPD({self.addr}): sending heartbeat")
                     await self.command(ping())
                     continue
@@ -284,13 +295,48 @@ class LookupPeer:
         owner = self._owner
         owner.log(lg.INFO, f"LOOKUP connecting to {self.addr}")
         host, port = _split_address(self.addr)
+        # The name is resolved again on every connect (open_connection asks the resolver each
+        # time; nothing caches it), so a lookupd whose IP changed is found at its new address
+        # on the next reconnect: nsqio/nsq#1233.
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port), owner.dial_timeout
         )
+        self._note_peer_ip(writer)
         self._reader, self._writer = reader, writer
         self.connected = True
         writer.write(MAGIC_V1)
         await self._on_connect()
+
+    async def _follow_name(self) -> None:
+        """Once per ping interval: when the name no longer resolves to the address this
+        connection reached, drop it, so that the PING that follows connects (and registers
+        everything) where the name leads now, even if the old lookupd still answers (#1233)."""
+        host, port = _split_address(self.addr)
+        if not self.connected or not self._peer_ip or _is_ip_literal(host):
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), self._owner.dial_timeout
+            )
+        except (OSError, TimeoutError):
+            return  # a resolver hiccup is no reason to leave a working lookupd
+        if self._peer_ip in {str(info[4][0]) for info in infos}:
+            return
+        self._owner.log(
+            lg.INFO, f"LOOKUP {self.addr} no longer resolves to {self._peer_ip}: reconnecting"
+        )
+        self._disconnect()
+        self._schedule_reconnect()
+
+    def _note_peer_ip(self, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        peer_ip = str(peer[0]) if isinstance(peer, tuple) else ""
+        if self._peer_ip and peer_ip and peer_ip != self._peer_ip:
+            self._owner.log(
+                lg.INFO, f"LOOKUP {self.addr} now resolves to {peer_ip} (was {self._peer_ip})"
+            )
+        self._peer_ip = peer_ip or self._peer_ip
 
     async def _on_connect(self) -> None:
         """IDENTIFY, then REGISTER everything (Go: ``connectCallback``)."""
@@ -383,7 +429,8 @@ class LookupPeers:
         self._addresses = list(addresses)
         self._peers: list[LookupPeer] = []
         self._closing: set[asyncio.Task[None]] = set()
-        self._session: aiohttp.ClientSession | None = None
+        # no DNS cache: lookupd's broadcast address is often a name that can move (#1233)
+        self._http = ApiClient(http_connect_timeout, http_request_timeout, dns_cache=False)
         self._started = False
 
     def identity(self) -> Mapping[str, Any]:
@@ -412,9 +459,7 @@ class LookupPeers:
         self._peers = []
         self._closing.clear()
         await asyncio.gather(*tasks, return_exceptions=True)
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        await self._http.close()
 
     def set_addresses(self, addresses: Iterable[str]) -> None:
         """New ``--lookupd-tcp-address`` list: drop peers no longer listed, add new ones."""
@@ -498,22 +543,8 @@ class LookupPeers:
         return sorted(channels)
 
     async def _get_channels(self, addr: str, topic: str) -> list[str]:
-        session = self._http_session()
-        url = f"http://{addr}/channels"
-        self.log(lg.DEBUG, f"CI: querying nsqlookupd {url}?topic={topic}")
-        headers = {"Accept": "application/vnd.nsq; version=1.0"}
-        async with session.get(url, params={"topic": topic}, headers=headers) as response:
-            body = await response.read()
-            if response.status != 200:
-                raise RuntimeError(f"got response {response.status} {response.reason} {body!r}")
-        data = json.loads(body)
+        url = api_url(addr, "channels", topic=topic)
+        self.log(lg.DEBUG, f"CI: querying nsqlookupd {url}")
+        data = await self._http.get_v1(url)
         channels = data.get("channels") if isinstance(data, dict) else None
         return [c for c in channels or () if isinstance(c, str)]
-
-    def _http_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            timeout = aiohttp.ClientTimeout(
-                total=self.http_request_timeout, connect=self.http_connect_timeout
-            )
-            self._session = aiohttp.ClientSession(timeout=timeout)
-        return self._session

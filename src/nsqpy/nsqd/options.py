@@ -18,6 +18,7 @@ from ..internal.flags import (
     TLS_REQUIRED,
     TLS_VERSION,
     CommonOptions,
+    HTTPClientTimeouts,
     option,
 )
 
@@ -33,7 +34,7 @@ HOSTNAME = socket.gethostname()
 
 
 @dataclass
-class Options(CommonOptions):
+class Options(CommonOptions, HTTPClientTimeouts):
     log_prefix: str = option("log-prefix", "[nsqd] ", STR, "log message prefix")
     node_id: int = option(
         "node-id",
@@ -89,12 +90,6 @@ class Options(CommonOptions):
         STR_LIST,
         "lookupd TCP address (may be given multiple times)",
         cfg="nsqlookupd_tcp_addresses",
-    )
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
-    )
-    http_client_request_timeout: float = option(
-        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
     )
 
     data_path: str = option("data-path", "", STR, "path to store disk-backed messages")
@@ -310,3 +305,31 @@ class Options(CommonOptions):
         "[nsqpy] on SIGTERM refuse publishes, leave nsqlookupd and keep delivering until the "
         "channels are empty or this long (0 = shut down at once, as Go)",
     )
+    max_queue_bytes: int = option(
+        "max-queue-bytes",
+        0,
+        INT,
+        "[nsqpy] cap on the bytes queued (memory + disk) in each topic and channel queue; "
+        "--queue-full-policy says what a full queue does (0 = unlimited, Go's behaviour; "
+        "per channel with POST /channel/config)",
+    )
+    queue_full_policy: str = option(
+        "queue-full-policy",
+        "refuse",
+        STR,
+        "[nsqpy] when a publish would take a queue over --max-queue-bytes: 'refuse' (the "
+        "publish fails with E_PUB_FAILED / HTTP 503 QUEUE_FULL) or 'drop-oldest' (the queue's "
+        "oldest messages are discarded and counted)",
+    )
+    max_defer_timeout: float = option(
+        "max-defer-timeout",
+        0.0,
+        DURATION,
+        "[nsqpy] maximum DPUB / HTTP defer duration (0 = bounded by --max-req-timeout, as Go)",
+    )
+
+
+def max_defer_ms(opts: Options) -> int:
+    """The longest DPUB / HTTP ``defer`` in ms: --max-defer-timeout when set (nsqio/nsq#1499,
+    PR #1504), else --max-req-timeout as in Go."""
+    return round((opts.max_defer_timeout or opts.max_req_timeout) * 1000)

@@ -138,6 +138,9 @@ def channel_stats(nsqd: NSQD, channel: Channel, include_clients: bool) -> dict[s
     if channel.max_attempts or channel.dead_letter_count:  # nsqpy dead-lettering: extra keys
         stats["max_attempts"] = channel.max_attempts
         stats["dead_letter_count"] = channel.dead_letter_count
+    bounded = nsqd.queue_limits.describe(channel)  # nsqpy --max-queue-bytes: extra keys
+    if bounded is not None:
+        stats.update(bounded)
     return stats
 
 
@@ -151,7 +154,7 @@ def topic_stats(
             return None
     quantiles = nsqd.options.e2e_processing_latency_percentiles
     streams = [c.e2e for c in topic.channels.values() if c.e2e is not None]
-    return {
+    stats = {
         "topic_name": topic.name,
         "channels": [channel_stats(nsqd, c, include_clients) for c in channels],
         "depth": topic.depth(),
@@ -161,6 +164,10 @@ def topic_stats(
         "paused": topic.paused,
         "e2e_processing_latency": e2e_result(streams, quantiles),
     }
+    bounded = nsqd.queue_limits.describe(topic)  # nsqpy --max-queue-bytes: extra keys
+    if bounded is not None:
+        stats.update(bounded)
+    return stats
 
 
 def get_stats(

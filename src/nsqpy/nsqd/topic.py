@@ -111,6 +111,8 @@ class Topic:
     def put_message(self, msg: Message) -> None:
         if self.exiting:
             raise TopicError("exiting")
+        if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (queue_limits.py)
+            self.nsqd.queue_limits.admit(self, (msg,))
         self._put(msg)
         self.message_count += 1
         self.message_bytes += len(msg.body)
@@ -120,6 +122,8 @@ class Topic:
         refused disk write surfaces after this returns."""
         if self.exiting:
             raise TopicError("exiting")
+        if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (queue_limits.py)
+            self.nsqd.queue_limits.admit(self, msgs)
         channels = self._channel_list
         if channels and self.started and not self.paused and not self._draining:
             first = True

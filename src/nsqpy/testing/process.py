@@ -14,12 +14,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from ..internal.net import join_host_port
+
 _LISTENING = re.compile(r"INFO: (TCP|HTTP|HTTPS): listening on (\S+)")
-
-
-def _join(address: tuple[str, int]) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _split_host_port(text: str) -> tuple[str, int]:
@@ -81,7 +78,7 @@ class DaemonProcess:
         self._ready = threading.Event()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, *self.args],
+            self.command(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -112,6 +109,10 @@ class DaemonProcess:
                 code = self.proc.returncode
             raise RuntimeError(f"{self.module} exited with {code}:\n{self.log}")
         return self
+
+    def command(self) -> list[str]:
+        """The child's argv (a subclass may wrap it, e.g. in ``unshare``)."""
+        return [sys.executable, "-m", self.module, *self.args]
 
     def popen_options(self) -> dict[str, Any]:
         """Extra ``subprocess.Popen`` arguments (a subclass may set e.g. ``preexec_fn``)."""
@@ -205,12 +206,12 @@ class DaemonProcess:
     @property
     def tcp(self) -> str:
         """The TCP address as ``host:port`` text."""
-        return _join(self.tcp_address)
+        return join_host_port(*self.tcp_address)
 
     @property
     def http(self) -> str:
         """The HTTP address as ``host:port`` text."""
-        return _join(self.http_address)
+        return join_host_port(*self.http_address)
 
     @property
     def http_url(self) -> str:

@@ -138,12 +138,14 @@ class Channel:
         client.after_deliveries()
 
     def _take(self, count: int) -> list[Message]:
-        """Up to ``count`` messages from the memory queue, then from the backend."""
+        """Up to ``count`` messages from the memory queue, then from the backend (a message
+        the topic shares between channels becomes this channel's own copy here)."""
         memory_queue = self.memory_queue
         if len(memory_queue) >= count:
             popleft = memory_queue.popleft
-            return [popleft() for _ in range(count)]
-        msgs = list(memory_queue)
+            msgs = [popleft() for _ in range(count)]
+            return [m.copy() if m.shared else m for m in msgs]
+        msgs = [m.copy() if m.shared else m for m in memory_queue]
         memory_queue.clear()
         backend = self.backend
         while len(msgs) < count:
@@ -164,7 +166,7 @@ class Channel:
         memory_queue = self.memory_queue
         while client.ready_count > client.in_flight_count and client.ready_count > 0:
             if memory_queue:
-                client.send_message(self, memory_queue.popleft())
+                client.send_message(self, memory_queue.popleft().private())
                 continue
             msgs = self._take(1)
             if not msgs:
@@ -192,7 +194,8 @@ class Channel:
 
     def put_messages(self, msgs: list[Message]) -> None:
         """:meth:`put_message` for a batch: with no consumer ready, one extend of the memory
-        queue and the overflow to the backend, instead of a call chain per message."""
+        queue and the overflow to the backend, instead of a call chain per message. The
+        messages may be shared with the topic's other channels (``Message.shared``)."""
         if self._ready_client() is not None:
             for msg in msgs:
                 self.put_message(msg)
@@ -231,7 +234,7 @@ class Channel:
                 self.memory_queue.append(msg)
                 self.pump(client)
             else:
-                client.send_message(self, msg)
+                client.send_message(self, msg.private())
                 client.after_deliveries()
             return
         if len(self.memory_queue) < self.mem_capacity:

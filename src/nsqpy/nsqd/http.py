@@ -165,7 +165,7 @@ class HTTPServer:
             raise ApiError(503, "DRAINING")
         msg = topic.new_message(body)
         msg.deferred = delay
-        syncs = self.nsqd.running_syncs()
+        syncs = self.nsqd.running_syncs(topic)
         try:
             topic.put_message(msg)
         except (TopicError, BackendWriteError):
@@ -210,7 +210,7 @@ class HTTPServer:
                 bodies.append(line)
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ApiError(503, "DRAINING")
-        syncs = self.nsqd.running_syncs()
+        syncs = self.nsqd.running_syncs(topic)
         try:
             with self.nsqd.batched_writes():
                 topic.put_messages(topic.new_messages(bodies))

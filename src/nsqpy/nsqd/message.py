@@ -16,7 +16,13 @@ FRAME_TYPE_MESSAGE = 2
 
 
 class Message:
-    """One message in one channel (each channel gets its own copy from the topic)."""
+    """One message in one channel (each channel gets its own copy from the topic).
+
+    A topic with several channels puts the *same* object, marked ``shared``, in every
+    channel's memory queue (one object and one body for all of them); a channel takes its own
+    copy (:meth:`private`) when the message leaves the queue to be delivered or deferred, as
+    attempts, timeouts and the owning client are per channel.
+    """
 
     __slots__ = (
         "attempts",
@@ -27,6 +33,7 @@ class Message:
         "group",
         "id",
         "pri",
+        "shared",
         "timestamp",
     )
 
@@ -40,11 +47,16 @@ class Message:
         self.delivery_ts = 0.0  # monotonic seconds
         self.pri = 0.0  # in-flight deadline or deferred due time, monotonic seconds
         self.group: dict[bytes, Message] | None = None  # the in-flight group holding it
+        self.shared = False  # queued in several channels at once: never mutate, copy first
 
     def copy(self) -> Message:
         clone = Message(self.id, self.body, self.timestamp, self.attempts)
         clone.deferred = self.deferred
         return clone
+
+    def private(self) -> Message:
+        """This message for one channel to own: itself, or a copy if it is shared."""
+        return self.copy() if self.shared else self
 
     def encode(self) -> bytes:
         """The wire and disk encoding: ``BE64 ts, BE16 attempts, 16-byte id, body``."""

@@ -51,6 +51,21 @@ if TYPE_CHECKING:
     from .message import Message
 
 
+def _encode_all(msgs: list[Message], encoded: dict[int, bytes]) -> list[bytes]:
+    """The disk records of ``msgs``; a message shared by several channels is encoded once
+    per batch (``encoded``, keyed by the object while the batch keeps it alive)."""
+    out = []
+    for msg in msgs:
+        if not msg.shared:
+            out.append(msg.encode())
+            continue
+        data = encoded.get(id(msg))
+        if data is None:
+            data = encoded[id(msg)] = msg.encode()
+        out.append(data)
+    return out
+
+
 class NSQDError(Exception):
     """A start-up failure; the command prints it and exits 1."""
 
@@ -599,19 +614,24 @@ class NSQD:
         finally:
             self._write_batch = None
             failure: BackendWriteError | None = None
+            encoded: dict[int, bytes] = {}  # shared messages: one encoding for every channel
             for backend, (owner, msgs) in batch.items():
                 try:
-                    self._put_many(backend, msgs, owner if lenient else None)
+                    self._put_many(backend, msgs, owner if lenient else None, encoded)
                 except BackendWriteError as exc:
                     failure = exc
             if failure is not None:
                 raise failure
 
     def _put_many(
-        self, backend: Backend, msgs: list[Message], keep_in: deque[Message] | None
+        self,
+        backend: Backend,
+        msgs: list[Message],
+        keep_in: deque[Message] | None,
+        encoded: dict[int, bytes],
     ) -> None:
         try:
-            backend.put_many([msg.encode() for msg in msgs])
+            backend.put_many(_encode_all(msgs, encoded))
         except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
             self.fault_log.failed(
@@ -644,9 +664,16 @@ class NSQD:
         elif not self.exiting and queue.sync_due():  # writes made meanwhile are due already
             self._start_sync(queue)
 
-    def running_syncs(self) -> tuple[asyncio.Task[None], ...]:
-        """Syncs under way now: a publish arriving now is acknowledged after them."""
-        return tuple(self._syncing.values()) if self._syncing else ()
+    def running_syncs(self, topic: Topic | None = None) -> tuple[asyncio.Task[None], ...]:
+        """Syncs under way now: a publish arriving now is acknowledged after them. With
+        --mem-queue-size > 0 a publish to ``topic`` writes only to the topic's own queue (the
+        pump writes the channels' later), so only that queue's sync holds its OK back."""
+        if not self._syncing:
+            return ()
+        if topic is not None and topic.mem_capacity > 0:
+            task = self._syncing.get(topic.backend)  # type: ignore[call-overload]
+            return (task,) if task is not None else ()
+        return tuple(self._syncing.values())
 
     def topic_starting(self, topic: Topic) -> tuple[asyncio.Task[None], ...]:
         """The channel pre-creation a new topic's first command must wait for, if any."""

@@ -144,13 +144,11 @@ def test_dpub_defers_on_every_channel_also_after_waiting_in_a_paused_topic(
     assert (topic_stats(nsqd, "t") or {})["depth"] == 1
     unpaused = time.monotonic()
     http_ok(nsqd, "POST", "/topic/unpause?" + q(topic="t"))
-    for channel in ("a", "b"):
-        wait_for(
-            lambda c=channel: (channel_stats(nsqd, "t", c) or {}).get("deferred_count"),
-            lambda n: n == 2,
-            3,
-            f"{channel} deferred",
-        )
+
+    def deferred_counts() -> list[int]:
+        return [(channel_stats(nsqd, "t", c) or {}).get("deferred_count", -1) for c in "ab"]
+
+    wait_for(deferred_counts, lambda counts: counts == [2, 2], 3, "deferred on a and b")
     with NsqConn(nsqd.tcp_address) as conn:
         conn.sub("t", "b")
         conn.rdy(2)

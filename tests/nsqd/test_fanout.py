@@ -180,8 +180,9 @@ def test_mpub_order_kept_through_topic_and_channel_overflow(
 ) -> None:
     """Batches published while the topic is paused (memory, then its disk queue) and more
     published right after unpausing, while the pump still moves the first ones: every channel
-    holds them in publish order, across both memory queues and disk queues."""
-    nsqd = launch(daemons, tmp_path, "--mem-queue-size=25")
+    holds them in publish order, across both memory queues and disk queues (files of 2000
+    bytes: a batch framed once for many queues must also be split across files)."""
+    nsqd = launch(daemons, tmp_path, "--mem-queue-size=25", "--max-bytes-per-file=2000")
     channels = [f"c{i}" for i in range(5)]
     create(nsqd, "t", *channels)
     http_ok(nsqd, "POST", "/topic/pause?" + q(topic="t"))

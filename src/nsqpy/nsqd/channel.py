@@ -209,10 +209,7 @@ class Channel:
         if room > 0:
             memory_queue.extend(msgs[:room])
             msgs = msgs[room:]
-        context = f"CHANNEL({self.name})"
-        write = self.nsqd.write_to_backend
-        for msg in msgs:
-            write(self.backend, msg, context, memory_queue)
+        self.nsqd.write_many_to_backend(self.backend, msgs, f"CHANNEL({self.name})", memory_queue)
 
     def put_message_deferred(self, msg: Message, delay: float) -> None:
         self.message_count += 1

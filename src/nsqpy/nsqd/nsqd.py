@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import os
 import socket
+import struct
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,40 @@ if TYPE_CHECKING:
 
     from ..protocol.errors import ProtocolError
     from .message import Message
+
+
+_RECORD_SIZE = struct.Struct(">I")
+
+
+class _SharedEncodings:
+    """One flush of ``batched_writes``: a message shared by several channels is encoded once,
+    and a run of shared messages overflowing to many channels' disk queues is framed into one
+    buffer once, which each queue then writes whole (``DiskQueue.put_framed``)."""
+
+    __slots__ = ("frames", "records")
+
+    def __init__(self) -> None:
+        self.records: dict[int, bytes] = {}
+        self.frames: dict[tuple[int, int], tuple[list[Message], bytes]] = {}
+
+    def framed(self, msgs: list[Message]) -> bytes | None:
+        """The framed records of ``msgs`` if they are all shared, else None."""
+        if not (msgs[0].shared and msgs[-1].shared):
+            return None
+        key = (id(msgs[0]), len(msgs))
+        cached = self.frames.get(key)
+        if cached is not None and cached[0] == msgs:  # list ==: identity per element, in C
+            return cached[1]
+        if not all(msg.shared for msg in msgs):
+            return None
+        pack = _RECORD_SIZE.pack
+        pieces = []
+        for data in _encode_all(msgs, self.records):
+            pieces.append(pack(len(data)))
+            pieces.append(data)
+        framed = b"".join(pieces)
+        self.frames[key] = (msgs, framed)
+        return framed
 
 
 def _encode_all(msgs: list[Message], encoded: dict[int, bytes]) -> list[bytes]:
@@ -599,6 +634,20 @@ class NSQD:
         if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
             self._start_sync(backend)
 
+    def write_many_to_backend(
+        self, backend: Backend, msgs: list[Message], context: str, owner: deque[Message]
+    ) -> None:
+        """:meth:`write_to_backend` for several messages (one list extend inside a batch)."""
+        batch = self._write_batch
+        if batch is None:
+            for msg in msgs:
+                self.write_to_backend(backend, msg, context, owner)
+            return
+        pending = batch.get(backend)
+        if pending is None:
+            pending = batch[backend] = (owner, [])
+        pending[1].extend(msgs)
+
     @contextlib.contextmanager
     def batched_writes(self, lenient: bool = False) -> Iterator[None]:
         """Collect the disk writes of one MPUB (or drain turn) and write each queue's share
@@ -614,7 +663,7 @@ class NSQD:
         finally:
             self._write_batch = None
             failure: BackendWriteError | None = None
-            encoded: dict[int, bytes] = {}  # shared messages: one encoding for every channel
+            encoded = _SharedEncodings()
             for backend, (owner, msgs) in batch.items():
                 try:
                     self._put_many(backend, msgs, owner if lenient else None, encoded)
@@ -628,10 +677,15 @@ class NSQD:
         backend: Backend,
         msgs: list[Message],
         keep_in: deque[Message] | None,
-        encoded: dict[int, bytes],
+        encoded: _SharedEncodings,
     ) -> None:
         try:
-            backend.put_many(_encode_all(msgs, encoded))
+            written = False
+            if isinstance(backend, DiskQueue):
+                framed = encoded.framed(msgs)
+                written = framed is not None and backend.put_framed(framed, len(msgs))
+            if not written:
+                backend.put_many(_encode_all(msgs, encoded.records))
         except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
             self.fault_log.failed(

@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from ..internal.http_api import ApiError, RouteHandler, v1_json
-from ..internal.metrics import metrics_handler
 from . import inspect
 from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
-from .metrics import build_registry
+from .metrics import metrics_route
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -33,7 +32,7 @@ def routes(server: HTTPServer) -> list[tuple[str, str, RouteHandler]]:
         ("GET", "/dead_letter", handlers.dead_letter),
     ]
     if nsqd.options.metrics:
-        out.append(("GET", "/metrics", metrics_handler(build_registry(nsqd))))
+        out.append(("GET", "/metrics", metrics_route(nsqd)))
     if nsqd.options.enable_inspect:
         out += [
             ("GET", "/topic/peek", handlers.topic_peek),

@@ -33,7 +33,7 @@ from ..protocol import ProtocolError, is_valid_channel_name, is_valid_topic_name
 from . import beyond_http
 from .errors import BackendWriteError
 from .options import Options
-from .stats import get_stats, memory_stats, stats_json, stats_text
+from .stats import get_stats_sliced, memory_stats, stats_json, stats_text
 from .topic import TopicError
 
 if TYPE_CHECKING:
@@ -228,13 +228,22 @@ class HTTPServer:
         channel_name = first(params, "channel") or ""
         include_clients = _BOOL_PARAMS.get(first(params, "include_clients") or "", True)
         include_mem = _BOOL_PARAMS.get(first(params, "include_mem") or "", True)
-        topics, producers = get_stats(self.nsqd, topic_name, channel_name, include_clients)
+        topics, producers = await get_stats_sliced(
+            self.nsqd, topic_name, channel_name, include_clients
+        )
         memory = memory_stats() if include_mem else None
+        # formatting thousands of channels is Python work too: a thread, so the loop gets the
+        # interpreter back at least every switch interval (5 ms) meanwhile (issue 18)
+        loop = asyncio.get_running_loop()
         if not json_format:
-            text = stats_text(self.nsqd, version_line("nsqd"), topics, producers, memory)
+            version = version_line("nsqd")
+            text = await loop.run_in_executor(
+                None, stats_text, self.nsqd, version, topics, producers, memory
+            )
             return v1_text(text)
         body = stats_json(topics, producers, memory, self.nsqd.health, self.nsqd.start_time)
-        return v1_json(body)
+        data = await loop.run_in_executor(None, go_json, body)
+        return web.Response(body=data, headers={**V1_HEADERS, "Content-Type": JSON_CONTENT_TYPE})
 
     # ------------------------------------------------------------------ topics
 

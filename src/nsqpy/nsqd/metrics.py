@@ -12,14 +12,18 @@ counter of the same name (``# TYPE nsq_topic_message_count counter``; internal/m
 
 from __future__ import annotations
 
+import asyncio
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from ..internal.metrics import Families, bool_label, new_registry
+from ..internal.http_api import RouteHandler
+from ..internal.metrics import CONTENT_TYPE, Families, bool_label, exposition, new_registry
 from ..protocol.names import is_ephemeral
-from .stats import get_stats
+from .stats import get_stats, get_stats_sliced
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -72,11 +76,33 @@ def build_registry(nsqd: NSQD) -> CollectorRegistry:
     return new_registry(lambda families: collect(nsqd, families))
 
 
+def metrics_route(nsqd: NSQD) -> RouteHandler:
+    """``GET /metrics`` that never holds the loop long (issue 18): the figures are read in
+    slices between other work (``get_stats_sliced``), then the text is built in a thread."""
+
+    async def handle(request: web.Request) -> web.Response:
+        topics, _ = await get_stats_sliced(nsqd, "", "", include_clients=True)
+        process = process_figures(nsqd, len(topics or []))
+        exclude = nsqd.options.metrics_exclude_ephemeral
+        registry = new_registry(lambda out: fill(process, topics or [], exclude, out))
+        body = await asyncio.get_running_loop().run_in_executor(None, exposition, registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    return handle
+
+
 def collect(nsqd: NSQD, out: Families) -> None:
-    exclude_ephemeral = nsqd.options.metrics_exclude_ephemeral
     topics, _ = get_stats(nsqd, "", "", include_clients=True)
-    process_metrics(nsqd, out, len(topics or []))
-    for topic in topics or []:
+    process = process_figures(nsqd, len(topics or []))
+    fill(process, topics or [], nsqd.options.metrics_exclude_ephemeral, out)
+
+
+def fill(
+    process: ProcessFigures, topics: list[dict[str, Any]], exclude_ephemeral: bool, out: Families
+) -> None:
+    """The families from figures already read (safe off the event loop's thread)."""
+    process_metrics(process, out)
+    for topic in topics:
         name = topic["topic_name"]
         if exclude_ephemeral and is_ephemeral(name):
             continue
@@ -87,21 +113,46 @@ def collect(nsqd: NSQD, out: Families) -> None:
             channel_metrics(name, channel, out)
 
 
-def process_metrics(nsqd: NSQD, out: Families, topic_count: int) -> None:
-    out.gauge(
-        "nsq_uptime_seconds", "Seconds since nsqd started", (), (), time.time() - nsqd.start_time
-    )
-    out.gauge(
-        "nsq_health", "1 if nsqd is healthy (/ping OK), else 0", (), (), nsqd.health_error is None
-    )
-    out.gauge("nsq_draining", "1 while nsqd drains before shutting down", (), (), nsqd.draining)
-    out.gauge("nsq_client_connections", "Open TCP client connections", (), (), len(nsqd.clients))
-    out.gauge("nsq_topic_count", "Number of topics", (), (), topic_count)
+@dataclass(frozen=True)
+class ProcessFigures:
+    uptime: float
+    healthy: bool
+    draining: bool
+    connections: int
+    topic_count: int
+    bytes_received: int
+    bytes_sent: int
+
+
+def process_figures(nsqd: NSQD, topic_count: int) -> ProcessFigures:
     received, sent = nsqd.tcp_bytes()
-    out.counter(
-        "nsq_tcp_bytes_received", "Bytes read from TCP client connections", (), (), received
+    return ProcessFigures(
+        time.time() - nsqd.start_time,
+        nsqd.health_error is None,
+        nsqd.draining,
+        len(nsqd.clients),
+        topic_count,
+        received,
+        sent,
     )
-    out.counter("nsq_tcp_bytes_sent", "Bytes written to TCP client connections", (), (), sent)
+
+
+def process_metrics(process: ProcessFigures, out: Families) -> None:
+    out.gauge("nsq_uptime_seconds", "Seconds since nsqd started", (), (), process.uptime)
+    out.gauge("nsq_health", "1 if nsqd is healthy (/ping OK), else 0", (), (), process.healthy)
+    out.gauge("nsq_draining", "1 while nsqd drains before shutting down", (), (), process.draining)
+    out.gauge("nsq_client_connections", "Open TCP client connections", (), (), process.connections)
+    out.gauge("nsq_topic_count", "Number of topics", (), (), process.topic_count)
+    out.counter(
+        "nsq_tcp_bytes_received",
+        "Bytes read from TCP client connections",
+        (),
+        (),
+        process.bytes_received,
+    )
+    out.counter(
+        "nsq_tcp_bytes_sent", "Bytes written to TCP client connections", (), (), process.bytes_sent
+    )
 
 
 def topic_metrics(topic: dict[str, Any], out: Families) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import random
 import resource
@@ -12,6 +13,8 @@ from .. import NSQ_VERSION
 from ..internal.durations import format_duration
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .channel import Channel
     from .client_v2 import ClientV2
     from .nsqd import NSQD
@@ -144,49 +147,100 @@ def channel_stats(nsqd: NSQD, channel: Channel, include_clients: bool) -> dict[s
 def topic_stats(
     nsqd: NSQD, topic: Topic, channel_filter: str, include_clients: bool
 ) -> dict[str, Any] | None:
+    out: list[dict[str, Any]] = []
+    for _ in _topic_stats_steps(nsqd, topic, channel_filter, include_clients, out):
+        pass
+    return out[0] if out else None
+
+
+def _topic_stats_steps(
+    nsqd: NSQD, topic: Topic, channel_filter: str, include_clients: bool, out: list[dict[str, Any]]
+) -> Iterator[None]:
+    """:func:`topic_stats`, appended to ``out``, yielding after each channel."""
     channels = sorted(topic.channels.values(), key=lambda c: c.name)
     if channel_filter:
         channels = [c for c in channels if c.name == channel_filter]
         if not channels:
-            return None
+            return
+    channel_list = []
+    for channel in channels:
+        channel_list.append(channel_stats(nsqd, channel, include_clients))
+        yield
     quantiles = nsqd.options.e2e_processing_latency_percentiles
     streams = [c.e2e for c in topic.channels.values() if c.e2e is not None]
-    return {
-        "topic_name": topic.name,
-        "channels": [channel_stats(nsqd, c, include_clients) for c in channels],
-        "depth": topic.depth(),
-        "backend_depth": topic.backend.depth(),
-        "message_count": topic.message_count,
-        "message_bytes": topic.message_bytes,
-        "paused": topic.paused,
-        "e2e_processing_latency": e2e_result(streams, quantiles),
-    }
+    out.append(
+        {
+            "topic_name": topic.name,
+            "channels": channel_list,
+            "depth": topic.depth(),
+            "backend_depth": topic.backend.depth(),
+            "message_count": topic.message_count,
+            "message_bytes": topic.message_bytes,
+            "paused": topic.paused,
+            "e2e_processing_latency": e2e_result(streams, quantiles),
+        }
+    )
 
 
-def get_stats(
-    nsqd: NSQD, topic_filter: str, channel_filter: str, include_clients: bool
-) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+Stats = tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]
+
+
+def get_stats(nsqd: NSQD, topic_filter: str, channel_filter: str, include_clients: bool) -> Stats:
     """(topics, producers) with Go's null/empty rules."""
+    result: list[Stats] = []
+    for _ in _stats_steps(nsqd, topic_filter, channel_filter, include_clients, result):
+        pass
+    return result[0]
+
+
+#: Longest stretch a stats snapshot runs on the event loop before it lets other work in.
+SNAPSHOT_SLICE = 0.002
+
+
+async def get_stats_sliced(
+    nsqd: NSQD, topic_filter: str, channel_filter: str, include_clients: bool
+) -> Stats:
+    """:func:`get_stats` in slices of at most about ``SNAPSHOT_SLICE`` seconds, yielding to
+    the loop between them: with 1,000 channels a scrape must not hold publishers back (issue
+    18). Figures are read as the walk reaches them, so they are not all of one instant, which
+    a poller comparing successive scrapes never needed (Go's /stats is not atomic either)."""
+    result: list[Stats] = []
+    clock = time.perf_counter
+    resume = clock() + SNAPSHOT_SLICE
+    for _ in _stats_steps(nsqd, topic_filter, channel_filter, include_clients, result):
+        if clock() >= resume:
+            await asyncio.sleep(0)
+            resume = clock() + SNAPSHOT_SLICE
+    return result[0]
+
+
+def _stats_steps(
+    nsqd: NSQD,
+    topic_filter: str,
+    channel_filter: str,
+    include_clients: bool,
+    result: list[Stats],
+) -> Iterator[None]:
     if topic_filter:
         topic = nsqd.topics.get(topic_filter)
         if topic is None:
-            return None, None
+            result.append((None, None))
+            return
         topics = [topic]
     else:
         topics = sorted(nsqd.topics.values(), key=lambda t: t.name)
-    topic_list = []
+    topic_list: list[dict[str, Any]] = []
     for topic in topics:
-        stats = topic_stats(nsqd, topic, channel_filter, include_clients)
-        if stats is not None:
-            topic_list.append(stats)
+        yield from _topic_stats_steps(nsqd, topic, channel_filter, include_clients, topic_list)
     producers: list[dict[str, Any]] | None = None
     if include_clients:
-        producers = [
-            client_stats(c, topic_filter)
-            for c in sorted(nsqd.clients.values(), key=lambda c: c.id)
-            if c.pub_counts and (not topic_filter or topic_filter in c.pub_counts)
-        ] or None
-    return topic_list, producers
+        producers = []
+        for client in sorted(nsqd.clients.values(), key=lambda c: c.id):
+            if client.pub_counts and (not topic_filter or topic_filter in client.pub_counts):
+                producers.append(client_stats(client, topic_filter))
+                yield
+        producers = producers or None
+    result.append((topic_list, producers))
 
 
 def memory_stats() -> dict[str, int]:

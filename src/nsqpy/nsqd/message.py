@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 _HEADER = struct.Struct(">QH")
 MESSAGE_FRAME_HEADER = struct.Struct(">iiQH")
 FRAME_TYPE_MESSAGE = 2
+_new_message = object.__new__
 
 
 class Message:
@@ -50,8 +51,20 @@ class Message:
         self.shared = False  # queued in several channels at once: never mutate, copy first
 
     def copy(self) -> Message:
-        clone = Message(self.id, self.body, self.timestamp, self.attempts)
+        """A new message with this one's ID, body (shared bytes), timestamp, attempts and
+        deferral, and none of its delivery state. Built without ``__init__``'s call: a channel
+        makes one per delivered message of a topic with several channels."""
+        clone = _new_message(Message)
+        clone.id = self.id
+        clone.body = self.body
+        clone.timestamp = self.timestamp
+        clone.attempts = self.attempts
         clone.deferred = self.deferred
+        clone.client = None
+        clone.delivery_ts = 0.0
+        clone.pri = 0.0
+        clone.group = None
+        clone.shared = False
         return clone
 
     def private(self) -> Message:

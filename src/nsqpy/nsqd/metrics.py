@@ -21,11 +21,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from ..internal.http_api import RouteHandler
-from ..internal.metrics import CONTENT_TYPE, Families, bool_label, exposition, new_registry
+from ..internal.metrics import CONTENT_TYPE, Families, TextFamilies, bool_label, new_registry
 from ..protocol.names import is_ephemeral
-from .stats import get_stats, get_stats_sliced
+from .stats import SNAPSHOT_SLICE, get_stats, get_stats_sliced
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .nsqd import NSQD
 
 TOPIC_LABELS = ("type", "topic", "paused")
@@ -77,30 +79,39 @@ def build_registry(nsqd: NSQD) -> CollectorRegistry:
 
 
 def metrics_route(nsqd: NSQD) -> RouteHandler:
-    """``GET /metrics`` that never holds the loop long (issue 18): the figures are read in
-    slices between other work (``get_stats_sliced``), then the text is built in a thread."""
+    """``GET /metrics`` that never holds the loop long (issue 18): the figures are read and
+    the text is written in slices of about ``SNAPSHOT_SLICE`` between other work."""
 
     async def handle(request: web.Request) -> web.Response:
         topics, _ = await get_stats_sliced(nsqd, "", "", include_clients=True)
         process = process_figures(nsqd, len(topics or []))
-        exclude = nsqd.options.metrics_exclude_ephemeral
-        registry = new_registry(lambda out: fill(process, topics or [], exclude, out))
-        body = await asyncio.get_running_loop().run_in_executor(None, exposition, registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+        out = TextFamilies()
+        clock = time.perf_counter
+        resume = clock() + SNAPSHOT_SLICE
+        steps = fill_steps(process, topics or [], nsqd.options.metrics_exclude_ephemeral, out)
+        for _ in steps:
+            if clock() >= resume:
+                await asyncio.sleep(0)
+                resume = clock() + SNAPSHOT_SLICE
+        return web.Response(body=out.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     return handle
 
 
-def collect(nsqd: NSQD, out: Families) -> None:
+def collect(nsqd: NSQD, out: Families | TextFamilies) -> None:
     topics, _ = get_stats(nsqd, "", "", include_clients=True)
     process = process_figures(nsqd, len(topics or []))
-    fill(process, topics or [], nsqd.options.metrics_exclude_ephemeral, out)
+    for _ in fill_steps(process, topics or [], nsqd.options.metrics_exclude_ephemeral, out):
+        pass
 
 
-def fill(
-    process: ProcessFigures, topics: list[dict[str, Any]], exclude_ephemeral: bool, out: Families
-) -> None:
-    """The families from figures already read (safe off the event loop's thread)."""
+def fill_steps(
+    process: ProcessFigures,
+    topics: list[dict[str, Any]],
+    exclude_ephemeral: bool,
+    out: Families | TextFamilies,
+) -> Iterator[None]:
+    """The families from figures already read, yielding after each channel."""
     process_metrics(process, out)
     for topic in topics:
         name = topic["topic_name"]
@@ -111,6 +122,7 @@ def fill(
             if exclude_ephemeral and is_ephemeral(channel["channel_name"]):
                 continue
             channel_metrics(name, channel, out)
+            yield
 
 
 @dataclass(frozen=True)
@@ -137,7 +149,7 @@ def process_figures(nsqd: NSQD, topic_count: int) -> ProcessFigures:
     )
 
 
-def process_metrics(process: ProcessFigures, out: Families) -> None:
+def process_metrics(process: ProcessFigures, out: Families | TextFamilies) -> None:
     out.gauge("nsq_uptime_seconds", "Seconds since nsqd started", (), (), process.uptime)
     out.gauge("nsq_health", "1 if nsqd is healthy (/ping OK), else 0", (), (), process.healthy)
     out.gauge("nsq_draining", "1 while nsqd drains before shutting down", (), (), process.draining)
@@ -155,7 +167,7 @@ def process_metrics(process: ProcessFigures, out: Families) -> None:
     )
 
 
-def topic_metrics(topic: dict[str, Any], out: Families) -> None:
+def topic_metrics(topic: dict[str, Any], out: Families | TextFamilies) -> None:
     labels = ("topic", topic["topic_name"], bool_label(topic["paused"]))
     out.gauge(
         "nsq_topic_channel_count",
@@ -183,7 +195,7 @@ def topic_metrics(topic: dict[str, Any], out: Families) -> None:
     e2e_metrics("nsq_topic", TOPIC_LABELS, labels, topic["e2e_processing_latency"], out)
 
 
-def channel_metrics(topic_name: str, channel: dict[str, Any], out: Families) -> None:
+def channel_metrics(topic_name: str, channel: dict[str, Any], out: Families | TextFamilies) -> None:
     labels = ("channel", topic_name, channel["channel_name"], bool_label(channel["paused"]))
     for key, name, doc in _CHANNEL_GAUGES:
         out.gauge(f"nsq_channel_{name}", doc, CHANNEL_LABELS, labels, channel[key])
@@ -203,7 +215,9 @@ def channel_metrics(topic_name: str, channel: dict[str, Any], out: Families) -> 
         client_metrics(topic_name, channel["channel_name"], client, out)
 
 
-def client_metrics(topic: str, channel: str, client: dict[str, Any], out: Families) -> None:
+def client_metrics(
+    topic: str, channel: str, client: dict[str, Any], out: Families | TextFamilies
+) -> None:
     labels = (
         topic,
         channel,
@@ -226,7 +240,7 @@ def e2e_metrics(
     label_names: tuple[str, ...],
     labels: tuple[str, ...],
     e2e: dict[str, Any],
-    out: Families,
+    out: Families | TextFamilies,
 ) -> None:
     """``--e2e-processing-latency-percentile`` results, in seconds, one series per quantile."""
     for item in e2e["percentiles"] or []:

@@ -719,15 +719,21 @@ class NSQD:
             self._start_sync(queue)
 
     def running_syncs(self, topic: Topic | None = None) -> tuple[asyncio.Task[None], ...]:
-        """Syncs under way now: a publish arriving now is acknowledged after them. With
-        --mem-queue-size > 0 a publish to ``topic`` writes only to the topic's own queue (the
-        pump writes the channels' later), so only that queue's sync holds its OK back."""
+        """Syncs under way now: a publish arriving now is acknowledged after them. Only the
+        queues a publish to ``topic`` can write count: with --mem-queue-size > 0 the topic's
+        own (its pump writes the channels' later), else the topic's and its channels' (named
+        ``topic:channel``), whose writes precede the OK."""
         if not self._syncing:
             return ()
-        if topic is not None and topic.mem_capacity > 0:
+        if topic is None:
+            return tuple(self._syncing.values())
+        if topic.mem_capacity > 0:
             task = self._syncing.get(topic.backend)  # type: ignore[call-overload]
             return (task,) if task is not None else ()
-        return tuple(self._syncing.values())
+        name = topic.name
+        return tuple(
+            task for queue, task in self._syncing.items() if queue.name.partition(":")[0] == name
+        )
 
     def topic_starting(self, topic: Topic) -> tuple[asyncio.Task[None], ...]:
         """The channel pre-creation a new topic's first command must wait for, if any."""

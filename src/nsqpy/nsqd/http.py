@@ -33,7 +33,14 @@ from ..protocol import ProtocolError, is_valid_channel_name, is_valid_topic_name
 from . import beyond_http
 from .errors import BackendWriteError
 from .options import Options
-from .stats import get_stats_sliced, memory_stats, stats_json, stats_text
+from .stats import (
+    get_stats_sliced,
+    memory_stats,
+    run_sliced,
+    stats_json,
+    stats_json_steps,
+    stats_text_steps,
+)
 from .topic import TopicError
 
 if TYPE_CHECKING:
@@ -232,18 +239,16 @@ class HTTPServer:
             self.nsqd, topic_name, channel_name, include_clients
         )
         memory = memory_stats() if include_mem else None
-        # formatting thousands of channels is Python work too: a thread, so the loop gets the
-        # interpreter back at least every switch interval (5 ms) meanwhile (issue 18)
-        loop = asyncio.get_running_loop()
+        # formatting thousands of channels is loop work too: in slices as well (issue 18)
         if not json_format:
+            text: list[str] = []
             version = version_line("nsqd")
-            text = await loop.run_in_executor(
-                None, stats_text, self.nsqd, version, topics, producers, memory
-            )
-            return v1_text(text)
+            await run_sliced(stats_text_steps(self.nsqd, version, topics, producers, memory, text))
+            return v1_text("".join(text))
         body = stats_json(topics, producers, memory, self.nsqd.health, self.nsqd.start_time)
-        data = await loop.run_in_executor(None, go_json, body)
-        return web.Response(body=data, headers={**V1_HEADERS, "Content-Type": JSON_CONTENT_TYPE})
+        data: list[bytes] = []
+        await run_sliced(stats_json_steps(body, data))
+        return web.Response(body=data[0], headers={**V1_HEADERS, "Content-Type": JSON_CONTENT_TYPE})
 
     # ------------------------------------------------------------------ topics
 

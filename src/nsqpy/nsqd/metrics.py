@@ -12,7 +12,6 @@ counter of the same name (``# TYPE nsq_topic_message_count counter``; internal/m
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from ..internal.http_api import RouteHandler
 from ..internal.metrics import CONTENT_TYPE, Families, TextFamilies, bool_label, new_registry
 from ..protocol.names import is_ephemeral
-from .stats import SNAPSHOT_SLICE, get_stats, get_stats_sliced
+from .stats import get_stats, get_stats_sliced, run_sliced
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -80,19 +79,14 @@ def build_registry(nsqd: NSQD) -> CollectorRegistry:
 
 def metrics_route(nsqd: NSQD) -> RouteHandler:
     """``GET /metrics`` that never holds the loop long (issue 18): the figures are read and
-    the text is written in slices of about ``SNAPSHOT_SLICE`` between other work."""
+    the text is written in slices of about ``stats.SNAPSHOT_SLICE`` between other work."""
 
     async def handle(request: web.Request) -> web.Response:
         topics, _ = await get_stats_sliced(nsqd, "", "", include_clients=True)
         process = process_figures(nsqd, len(topics or []))
         out = TextFamilies()
-        clock = time.perf_counter
-        resume = clock() + SNAPSHOT_SLICE
-        steps = fill_steps(process, topics or [], nsqd.options.metrics_exclude_ephemeral, out)
-        for _ in steps:
-            if clock() >= resume:
-                await asyncio.sleep(0)
-                resume = clock() + SNAPSHOT_SLICE
+        exclude = nsqd.options.metrics_exclude_ephemeral
+        await run_sliced(fill_steps(process, topics or [], exclude, out))
         return web.Response(body=out.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     return handle

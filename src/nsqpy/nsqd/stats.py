@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
 from ..internal.durations import format_duration
+from ..internal.http_api import go_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -205,12 +206,7 @@ async def get_stats_sliced(
     18). Figures are read as the walk reaches them, so they are not all of one instant, which
     a poller comparing successive scrapes never needed (Go's /stats is not atomic either)."""
     result: list[Stats] = []
-    clock = time.perf_counter
-    resume = clock() + SNAPSHOT_SLICE
-    for _ in _stats_steps(nsqd, topic_filter, channel_filter, include_clients, result):
-        if clock() >= resume:
-            await asyncio.sleep(0)
-            resume = clock() + SNAPSHOT_SLICE
+    await run_sliced(_stats_steps(nsqd, topic_filter, channel_filter, include_clients, result))
     return result[0]
 
 
@@ -300,11 +296,26 @@ def stats_text(
     producers: list[dict[str, Any]] | None,
     memory: dict[str, int] | None,
 ) -> str:
+    out: list[str] = []
+    for _ in stats_text_steps(nsqd, version_line, topics, producers, memory, out):
+        pass
+    return "".join(out)
+
+
+def stats_text_steps(
+    nsqd: NSQD,
+    version_line: str,
+    topics: list[dict[str, Any]] | None,
+    producers: list[dict[str, Any]] | None,
+    memory: dict[str, int] | None,
+    out: list[str],
+) -> Iterator[None]:
+    """:func:`stats_text`'s pieces appended to ``out``, yielding after each channel."""
     uptime = format_duration(time.time() - nsqd.start_time)
     start = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(nsqd.start_time))
     start = start[:-2] + ":" + start[-2:] if start[-5] in "+-" else start
     start = start.replace("+00:00", "Z")
-    out = [f"{version_line}\n", f"start_time {start}\n", f"uptime {uptime}\n"]
+    out += [f"{version_line}\n", f"start_time {start}\n", f"uptime {uptime}\n"]
     out.append(f"\nHealth: {nsqd.health}\n")
     if memory is not None:
         out.append("\nMemory:\n")
@@ -330,12 +341,48 @@ def stats_text(
                 f"e2e%: {_e2e_text(c['e2e_processing_latency'])}\n"
             )
             out.extend(f"        {_client_line(client)}\n" for client in c["clients"] or [])
+            yield
     if not producers:
         out.append("\nProducers: None\n")
     else:
         out.append("\nProducers:\n")
         out.extend(f"   {_client_line(p)}\n" for p in producers)
-    return "".join(out)
+
+
+def stats_json_steps(body: dict[str, Any], out: list[bytes]) -> Iterator[None]:
+    """``go_json(body)`` of a :func:`stats_json` body, one channel at a time: each channel
+    and each topic without its channels is encoded alone and spliced into the empty list
+    left in its place (the first such key in key order: names and escaped strings before it
+    cannot contain it). The same bytes as encoding the whole at once."""
+    topics = body["topics"]
+    if not topics:
+        out.append(go_json(body))
+        return
+    encoded_topics = []
+    for topic in topics:
+        channels = []
+        for channel in topic["channels"]:
+            channels.append(go_json(channel))
+            yield
+        shell = go_json({**topic, "channels": []})
+        encoded_topics.append(_splice(shell, b'"channels":[]', channels))
+        yield
+    out.append(_splice(go_json({**body, "topics": []}), b'"topics":[]', encoded_topics))
+
+
+def _splice(shell: bytes, empty: bytes, items: list[bytes]) -> bytes:
+    at = shell.index(empty) + len(empty) - 1
+    return shell[:at] + b",".join(items) + shell[at:]
+
+
+async def run_sliced(steps: Iterator[None]) -> None:
+    """Run ``steps`` on the loop in slices of about ``SNAPSHOT_SLICE`` seconds."""
+    clock = time.perf_counter
+    resume = clock() + SNAPSHOT_SLICE
+    for _ in steps:
+        if clock() >= resume:
+            await asyncio.sleep(0)
+            resume = clock() + SNAPSHOT_SLICE
 
 
 def stats_json(

@@ -9,8 +9,9 @@ them, then read nsqd's resident memory (VmRSS) and peak (VmHWM).
 
 ``drain``: with ``--mem-queue-size=0`` (everything on disk), publish the messages, wait until the
 channels hold them, then run Go's ``bench_reader`` (RDY 2500, FIN each) on every channel at once
-and time until the channels are empty: the backlog's drain rate from disk, in messages delivered
-per second across the channels.
+and time until every message has been delivered (channel depth 0; bench_reader holds back the
+FINs of its last partial window, so in-flight never quite empties): the backlog's drain rate
+from disk, in messages delivered per second across the channels.
 
 Each trial starts a fresh Go nsqd and a fresh nsqpy nsqd in turn (alternating which goes first).
 """
@@ -71,7 +72,7 @@ def depths(server: Server) -> dict[str, int]:
     for topic in stats.get("topics") or []:
         out[""] = int(topic["depth"])
         for channel in topic.get("channels") or []:
-            out[channel["channel_name"]] = int(channel["depth"]) + int(channel["in_flight_count"])
+            out[channel["channel_name"]] = int(channel["depth"])  # not yet delivered
     return out
 
 
@@ -127,7 +128,7 @@ def drain_trial(server: Server, args: argparse.Namespace) -> dict[str, float]:
             subprocess.Popen(
                 [*reader, f"--channel={name}"],
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,  # killed at the end: its own report is cut off
                 env=env,
             )
             for name in names

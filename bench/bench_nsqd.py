@@ -16,6 +16,10 @@ first), pre-creates the topic and channel over HTTP, runs Go's ``bench_writer`` 
 gives every trial and the ratio of the medians. ``--loop asyncio`` runs our nsqd on asyncio's
 own loop instead of uvloop.
 
+``--channels N`` pre-creates N channels (fan-out); the reader reads channel ``ch``, or with
+``--readers all`` one ``bench_reader`` per channel runs at once (``GOMAXPROCS=1`` each) and SUB
+is the sum of their rates: messages delivered across all channels per second.
+
 ``--connections N`` runs Go's ``bench_reader`` with ``GOMAXPROCS=N``: it opens one consumer
 connection per GOMAXPROCS (Go 1.19's runtime takes any positive value), so N connections share
 the channel. Without ``--rdy`` each gets RDY ``max(5, 2500 // N)``: the total in flight stays

@@ -52,19 +52,10 @@ class Message:
 
     def copy(self) -> Message:
         """A new message with this one's ID, body (shared bytes), timestamp, attempts and
-        deferral, and none of its delivery state. Built without ``__init__``'s call: a channel
-        makes one per delivered message of a topic with several channels."""
-        clone = _new_message(Message)
-        clone.id = self.id
-        clone.body = self.body
-        clone.timestamp = self.timestamp
-        clone.attempts = self.attempts
+        deferral, and none of its delivery state (a channel makes one per delivered message of
+        a topic with several channels)."""
+        clone = _build(self.id, self.body, self.timestamp, self.attempts)
         clone.deferred = self.deferred
-        clone.client = None
-        clone.delivery_ts = 0.0
-        clone.pri = 0.0
-        clone.group = None
-        clone.shared = False
         return clone
 
     def private(self) -> Message:
@@ -86,4 +77,21 @@ def message_from_bytes(data: bytes) -> Message:
     if len(data) < MESSAGE_HEADER_LENGTH:
         decode_message(data)  # raises the decoder's error
     timestamp, attempts = _HEADER.unpack_from(data, 0)
-    return Message(bytes(data[10:26]), bytes(data[26:]), timestamp, attempts)
+    return _build(bytes(data[10:26]), bytes(data[26:]), timestamp, attempts)
+
+
+def _build(msg_id: bytes, body: bytes, timestamp: int, attempts: int) -> Message:
+    """``Message(...)`` without the ``__init__`` call: the per-message paths (a copy per
+    channel, a decode per record read back from disk) make millions of them."""
+    msg = _new_message(Message)
+    msg.id = msg_id
+    msg.body = body
+    msg.timestamp = timestamp
+    msg.attempts = attempts
+    msg.deferred = 0.0
+    msg.client = None
+    msg.delivery_ts = 0.0
+    msg.pri = 0.0
+    msg.group = None
+    msg.shared = False
+    return msg

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv java chromium test lint typecheck pytest run clean
+.PHONY: venv java chromium systemd test lint typecheck pytest run clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,20 @@ chromium:
 	  fi; \
 	fi
 
+# tests/deploy checks contrib/systemd/*.service with `systemd-analyze verify` (Debian's systemd;
+# nothing is started or enabled, systemd need not be running).
+systemd:
+	@if ! command -v systemd-analyze >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "systemd-analyze not found: installing Debian's systemd (checks contrib/systemd units)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; \
+	  else \
+	    echo "the contrib/systemd tests need systemd-analyze" >&2; \
+	    echo "(Debian/Ubuntu: sudo apt-get install systemd)" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
 lint: venv
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
@@ -47,7 +61,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-pytest: venv java chromium
+pytest: venv java chromium systemd
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest

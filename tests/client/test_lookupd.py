@@ -11,9 +11,15 @@ import asyncio
 import itertools
 import json
 import random
+import select
 import struct
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -21,6 +27,7 @@ from nsqpy.client import Consumer, Message, Producer
 from nsqpy.client.lookup import LookupdPoller, lookup_url, producer_addresses
 from nsqpy.testing import DaemonProcess, start_nsqd, start_nsqlookupd
 
+from ..hosts_namespace import HostsFile
 from .daemons import eventually, tcp
 
 BE32 = struct.Struct(">i")
@@ -238,3 +245,70 @@ async def test_nsqd_registering_itself(tmp_path: Path) -> None:
     finally:
         nsqd.stop()
         lookupd.stop()
+
+
+# The poller runs in its own process, so that it can have its own /etc/hosts.
+_POLLER_SCRIPT = """
+import asyncio, sys
+from nsqpy.client.lookup import LookupdPoller
+
+async def main():
+    report = lambda found: print(" ".join(found) or "-", flush=True)
+    LookupdPoller([sys.argv[1]], sys.argv[2], report, interval=0.1, jitter=0).start()
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+def test_poller_resolves_the_lookupd_name_on_every_poll(tmp_path: Path) -> None:
+    """nsqio/nsq#1233: when a lookupd name starts resolving elsewhere, the next poll asks the
+    new address, even while the old lookupd still answers (no kept-alive connection, no DNS
+    cache). The name first points at a lookupd on 127.0.0.1, then at one on ::1 (same port)."""
+    name = "lookupd.nsqpy.test"
+    old = start_nsqlookupd()
+    new = start_nsqlookupd(
+        f"--tcp-address=[::1]:{old.tcp_port}", f"--http-address=[::1]:{old.http_port}"
+    )
+    daemons = [old, new]
+    poller: subprocess.Popen[str] | None = None
+    try:
+        for lookupd, data in ((old, "a"), (new, "b")):
+            (tmp_path / data).mkdir()
+            host, port = lookupd.tcp_address
+            nsqd = start_nsqd(tmp_path / data, f"--lookupd-tcp-address=[{host}]:{port}")
+            daemons.append(nsqd)
+            urllib.request.urlopen(
+                urllib.request.Request(f"{nsqd.http_url}/topic/create?topic=moving", b"")
+            ).close()
+        via_old, via_new = tcp(daemons[2]), tcp(daemons[3])
+        hosts = HostsFile(tmp_path / "hosts", {name: "127.0.0.1"})
+        argv = [sys.executable, "-c", _POLLER_SCRIPT, f"{name}:{old.http_port}", "moving"]
+        poller = subprocess.Popen(hosts.wrap(argv), stdout=subprocess.PIPE, text=True)
+        assert poller.stdout is not None
+        read_until(poller.stdout, via_old)
+        hosts.set(name, "::1")
+        read_until(poller.stdout, via_new)
+    finally:
+        if poller is not None:
+            poller.kill()
+            poller.wait()
+        for daemon in daemons:
+            daemon.stop()
+
+
+def read_until(stream: IO[str], wanted: str, timeout: float = 10.0) -> None:
+    """Read the poller's report lines until one is exactly ``wanted``."""
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        line = stream.readline()
+        if not line:
+            break
+        seen.append(line.strip())
+        if seen[-1] == wanted:
+            return
+    raise AssertionError(f"the poller never reported {wanted}; it reported {seen[-5:]}")

@@ -887,3 +887,33 @@ def test_channel_page_shows_what_nsqd_inspection_lists(
         watched.close()
         admin.stop()
         nsqd.stop()
+
+
+def test_bounded_queue_columns(browser: Browser, cluster: Cluster, tmp_path: Path) -> None:
+    """nsqd --max-queue-bytes: the queue's bytes against its cap and the drops and refusals,
+    on the topic page (its own queue and each channel) and the channel page."""
+    nsqd = start_nsqd(tmp_path, "--max-queue-bytes=80", "--queue-full-policy=drop-oldest")
+    admin = start_nsqadmin(f"--nsqd-http-address=127.0.0.1:{nsqd.http_port}", "--poll-interval=1s")
+    watched = Watched(browser, admin.http_url)
+    topic = cluster.new_topic("capped")
+    try:
+        for path in (f"/topic/create?topic={topic}", f"/channel/create?topic={topic}&channel=c"):
+            assert http(nsqd.http_url + path, "POST")[0] == 200
+        for n in range(3):  # 40 queue bytes each: the third drops the first
+            assert http(f"{nsqd.http_url}/pub?topic={topic}", "POST", b"m%09d" % n)[0] == 200
+        page = watched.open(f"/topics/{topic}/c")
+        total = page.locator("#channel-nodes tr.total")
+        expect(total.locator("[data-col=queue_bytes]")).to_contain_text("80 /")
+        expect(total.locator("[data-col=queue_dropped_count]")).to_have_text("1")
+        expect(total.locator("[data-col=queue_refused_count]")).to_have_text("0")
+        expect(page.locator("#channel-nodes th")).to_contain_text(["Queue Bytes"])
+        watched.screenshot("channel-bounded")
+        page = watched.open(f"/topics/{topic}")
+        row = page.locator("#channels tr[data-channel=c]")
+        expect(row.locator("[data-col=queue_dropped_count]")).to_have_text("1")
+        expect(page.locator("#topic-nodes tr.total [data-col=queue_bytes]")).to_contain_text("0 /")
+        watched.assert_no_errors()
+    finally:
+        watched.close()
+        admin.stop()
+        nsqd.stop()

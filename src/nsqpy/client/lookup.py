@@ -117,8 +117,13 @@ class LookupdPoller:
     async def poll(self) -> list[str]:
         """Query all nsqlookupd now; report and return the union of their producers."""
         if self._session is None:
+            # A new connection and a fresh name lookup on every poll: a lookupd that moved to
+            # another IP is asked at its new address (nsqio/nsq#1233), not through a kept-alive
+            # connection or aiohttp's 10 s DNS cache.
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout), headers=_ACCEPT
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                headers=_ACCEPT,
+                connector=aiohttp.TCPConnector(use_dns_cache=False, force_close=True),
             )
         results = await asyncio.gather(*(self._query(url) for url in self.urls))
         union = list(dict.fromkeys(_flatten(results)))

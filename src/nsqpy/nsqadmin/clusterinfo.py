@@ -28,6 +28,7 @@ from urllib.parse import quote_plus, urlsplit, urlunsplit
 import aiohttp
 
 from ..internal import lg
+from .queue_limits import queue_limit_add, queue_limit_keys
 
 T = TypeVar("T")
 Json = dict[str, Any]
@@ -355,6 +356,7 @@ def channel_from_nsqd(data: Json, topic: str, node: str, hostname: str, now: flo
         "paused": data.get("paused", False),
         "e2e_processing_latency": _e2e_from_nsqd(data.get("e2e_processing_latency")),
         **_dead_letter_keys(data),
+        **queue_limit_keys(data),  # nsqd --max-queue-bytes (queue_limits.py)
     }
 
 
@@ -387,6 +389,7 @@ def topic_from_nsqd(data: Json, node: str, hostname: str, now: float) -> Json:
         else [channel_from_nsqd(c, name, node, hostname, now) for c in channels],
         "paused": data.get("paused", False),
         "e2e_processing_latency": _e2e_from_nsqd(data.get("e2e_processing_latency")),
+        **queue_limit_keys(data),  # nsqd --max-queue-bytes (queue_limits.py)
     }
 
 
@@ -430,6 +433,7 @@ def channel_add(total: Json, node_stats: Json) -> None:
         total["dead_letter_count"] = (
             total.get("dead_letter_count", 0) + node_stats["dead_letter_count"]
         )
+    queue_limit_add(total, node_stats)
     if node_stats["clients"]:  # Go appends to a nil slice: null until a client is seen
         clients = [*(total["clients"] or []), *node_stats["clients"]]
         total["clients"] = sorted(clients, key=lambda c: (c["hostname"], c["node"]))
@@ -458,6 +462,7 @@ def topic_add(total: Json, node_stats: Json) -> None:
     for key in ("depth", "memory_depth", "backend_depth", "message_count"):
         total[key] += node_stats[key]
     total["paused"] = total["paused"] or node_stats["paused"]
+    queue_limit_add(total, node_stats)
     for channel in node_stats["channels"] or []:
         channels = total["channels"] if total["channels"] is not None else []
         total["channels"] = channels

@@ -5,8 +5,8 @@
 Beyond Go (additive): ``/api/overview``, ``/api/history`` and ``/metrics`` (the poller's rates,
 history and Prometheus gauges), ``/api/topics/:topic/:channel/inspect`` (nsqpy nsqd's
 ``--enable-inspect`` listings), an ``unreachable`` list beside Go's ``WARNING:`` message,
-``total_topics`` on a node, tombstoned producers kept on topic and channel pages, and refusal
-of cross-site writes.
+``total_topics`` on a node, tombstoned producers kept on topic and channel pages, refusal
+of cross-site writes, and ``POST /api/topics/:topic/:channel/clients`` (kick a client, kick.py).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from ..internal.http_api import (
 from ..internal.net import format_address
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from . import clusterinfo as cluster
+from . import kick
 from .metrics import cluster_metrics_handler
 from .options import COMMAND_ONLY, Options
 
@@ -321,6 +322,7 @@ class AdminHTTP:
             ("POST", "/api/topics", self.create_topic_channel),
             ("POST", "/api/topics/{topic}", self.topic_action),
             ("POST", "/api/topics/{topic}/{channel}", self.channel_action),
+            ("POST", "/api/topics/{topic}/{channel}/clients", self.kick_client),
             ("DELETE", "/api/nodes/{node}", self.tombstone_node_for_topic),
             ("DELETE", "/api/topics/{topic}", self.delete_topic),
             ("DELETE", "/api/topics/{topic}/{channel}", self.delete_channel),
@@ -369,9 +371,16 @@ class AdminHTTP:
             raise ApiError(403, "FORBIDDEN")
 
     def notify(
-        self, action: str, topic: str, channel: str, node: str, request: web.Request
+        self,
+        action: str,
+        topic: str,
+        channel: str,
+        node: str,
+        request: web.Request,
+        remote_address: str = "",
     ) -> None:
-        """Go's ``notifyAdminAction``: queue the audit record; never blocks the request."""
+        """Go's ``notifyAdminAction``: queue the audit record; never blocks the request.
+        ``remote_address``: the client a ``kick_client`` closed (nsqpy, additive)."""
         if not self.opts.notification_http_endpoint:
             return
         scheme = "https" if request.secure or request.headers.get("X-Scheme") == "https" else "http"
@@ -384,6 +393,8 @@ class AdminHTTP:
             record["channel"] = channel
         if node:
             record["node"] = node
+        if remote_address:
+            record["remote_address"] = remote_address
         record["timestamp"] = int(time.time())
         user = _basic_auth_user(request)
         if user:
@@ -750,6 +761,9 @@ class AdminHTTP:
         if error is not None:
             raise upstream_error(self.logger, f"{action} topic/channel", error)
         return self._action_response(failures)
+
+    async def kick_client(self, request: web.Request) -> web.Response:
+        return await kick.kick_client(self, request)
 
     # ------------------------------------------------------------------ graphite
 

@@ -1,7 +1,8 @@
 """nsqd's HTTP routes beyond Go (docs/beyond-go.md), added to the route table by http.py.
 
-``/metrics`` (on unless ``--metrics=false``), ``/channel/config`` and ``/dead_letter`` (additive,
-inert until used), and with ``--enable-inspect`` the peek and listing routes.
+``/metrics`` (on unless ``--metrics=false``), ``/channel/config``, ``/dead_letter`` and
+``/client/kick`` (additive, inert until used), and with ``--enable-inspect`` the peek and
+listing routes.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from ..internal.http_api import ApiError, RouteHandler, v1_json
-from . import inspect
+from . import inspect, kick
 from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
 from .metrics import metrics_route
+from .queue_limits import POLICIES
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -30,6 +32,7 @@ def routes(server: HTTPServer) -> list[tuple[str, str, RouteHandler]]:
         ("GET", "/channel/config", handlers.channel_config),
         ("POST", "/channel/config", handlers.channel_config),
         ("GET", "/dead_letter", handlers.dead_letter),
+        ("POST", "/client/kick", handlers.client_kick),
     ]
     if nsqd.options.metrics:
         out.append(("GET", "/metrics", metrics_route(nsqd)))
@@ -60,8 +63,10 @@ class BeyondHandlers:
     # ------------------------------------------------------------------ dead-lettering
 
     async def channel_config(self, request: web.Request) -> web.Response:
-        """GET: a channel's dead-letter settings; POST with ``max_attempts`` and/or
-        ``dead_letter_topic_suffix``: change them (kept in nsqpy.channel_config.json)."""
+        """GET: a channel's dead-letter settings (and its queue cap, if it has one or counts);
+        POST with ``max_attempts`` and/or ``dead_letter_topic_suffix`` (kept in
+        nsqpy.channel_config.json), ``max_queue_bytes`` and/or ``queue_full_policy`` (kept in
+        nsqpy.queue_limits.json): change them."""
         from .http import first, query
 
         params = query(request)
@@ -81,8 +86,43 @@ class BeyondHandlers:
                 suffix = channel.dead_letter_suffix
             if not valid_suffix(suffix) or dead_letter_topic(channel.topic.name, suffix) is None:
                 raise ApiError(400, "INVALID_DEAD_LETTER_TOPIC_SUFFIX")
-            self.nsqd.dead_letters.configure(channel, max_attempts, suffix)
-        return v1_json(DeadLetters.settings(channel))
+            queue_limit = self._queue_limit(params, channel)  # validated before anything changes
+            dead_letter_given = raw_max is not None or "dead_letter_topic_suffix" in params
+            if queue_limit is None or dead_letter_given:
+                self.nsqd.dead_letters.configure(channel, max_attempts, suffix)
+            if queue_limit is not None:
+                self.nsqd.queue_limits.configure(channel, *queue_limit)
+        settings = DeadLetters.settings(channel)
+        bounded = self.nsqd.queue_limits.describe(channel)
+        if bounded is not None:
+            settings.update(bounded)
+        return v1_json(settings)
+
+    def _queue_limit(
+        self, params: dict[str, list[str]], channel: Channel
+    ) -> tuple[int, str] | None:
+        """``max_queue_bytes`` and/or ``queue_full_policy`` (nsqpy --max-queue-bytes), or None
+        when neither is given."""
+        from .http import first
+
+        raw_limit = first(params, "max_queue_bytes")
+        policy = first(params, "queue_full_policy")
+        if raw_limit is None and policy is None:
+            return None
+        key = (channel.topic.name, channel.name)
+        limit, current = self.nsqd.queue_limits.effective(key)
+        if raw_limit is not None:
+            try:
+                limit = int(raw_limit, 10)
+            except ValueError:
+                raise ApiError(400, "INVALID_MAX_QUEUE_BYTES") from None
+            if limit < 0:
+                raise ApiError(400, "INVALID_MAX_QUEUE_BYTES")
+        if policy is None:
+            policy = current
+        elif policy not in POLICIES:
+            raise ApiError(400, "INVALID_QUEUE_FULL_POLICY")
+        return limit, policy
 
     async def dead_letter(self, request: web.Request) -> web.Response:
         """The history of a dead-lettered message (``id``), or the latest of a dead-letter
@@ -101,6 +141,11 @@ class BeyondHandlers:
             raise ApiError(400, "MISSING_ARG_ID")
         limit = _count(first(params, "n"), 100)
         return v1_json({"messages": self.nsqd.dead_letters.latest(topic, limit)})
+
+    async def client_kick(self, request: web.Request) -> web.Response:
+        from .http import query
+
+        return await kick.client_kick(self.nsqd, query(request))
 
     # ------------------------------------------------------------------ inspection
 

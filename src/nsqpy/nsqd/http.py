@@ -32,7 +32,8 @@ from ..internal.http_api import (
 from ..protocol import ProtocolError, is_valid_channel_name, is_valid_topic_name, parse_mpub_body
 from . import beyond_http
 from .errors import BackendWriteError
-from .options import Options
+from .options import Options, max_defer_ms
+from .queue_limits import QueueFullError
 from .stats import (
     get_stats_sliced,
     memory_stats,
@@ -165,7 +166,7 @@ class HTTPServer:
                 defer_ms = int(raw_defer, 10)
             except ValueError:
                 raise ApiError(400, "INVALID_DEFER") from None
-            if defer_ms < 0 or defer_ms > round(opts.max_req_timeout * 1000):
+            if defer_ms < 0 or defer_ms > max_defer_ms(opts):
                 raise ApiError(400, "INVALID_DEFER")
             delay = defer_ms / 1000
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
@@ -175,6 +176,8 @@ class HTTPServer:
         syncs = self.nsqd.running_syncs(topic)
         try:
             topic.put_message(msg)
+        except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
+            raise ApiError(503, "QUEUE_FULL") from None
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
         await self._settled(syncs + self.nsqd.topic_starting(topic))
@@ -221,6 +224,8 @@ class HTTPServer:
         try:
             with self.nsqd.batched_writes():
                 topic.put_messages(topic.new_messages(bodies))
+        except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
+            raise ApiError(503, "QUEUE_FULL") from None
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
         await self._settled(syncs + self.nsqd.topic_starting(topic))

@@ -23,6 +23,10 @@ magic, IDENTIFY, then REGISTER for all current topics and channels. A PING every
 command closes the connection; commands queued while the peer cannot connect are dropped,
 because the next connect registers the whole current state anyway.
 
+Names are resolved again on every connect, and once per ping interval a peer checks that its
+name still leads to the address it is connected to; when it no longer does, the peer reconnects
+to the new address (nsqio/nsq#1233: lookupd moved, e.g. a rescheduled pod).
+
 Unlike Go, which notices a lookupd restart only when its next command (at worst the next PING)
 fails, a peer also watches its idle connection: lookupd never speaks unprompted, so EOF or stray
 bytes mean it is gone. Such a drop, or a command failing on an established connection, starts
@@ -35,6 +39,7 @@ All methods must be called from the event loop's thread.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import socket
 from collections import deque
@@ -96,6 +101,14 @@ def _split_address(addr: str) -> tuple[str, str]:
     return host.strip("[]"), port
 
 
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _describe(cmd: bytes) -> str:
     """A command as go-nsq's ``Command.String()`` prints it: its line, without a body."""
     return cmd.split(b"\n", 1)[0].decode("utf-8", "replace")
@@ -111,6 +124,7 @@ class LookupPeer:
     __slots__ = (
         "_closed",
         "_owner",
+        "_peer_ip",
         "_queue",
         "_reader",
         "_retry_at",
@@ -138,6 +152,8 @@ class LookupPeer:
         #: when to try reconnecting after a dropped connection (None: not reconnecting)
         self._retry_at: float | None = None
         self._retry_delay = RECONNECT_DELAY
+        #: the IP the last connection reached (to log when the name moves elsewhere)
+        self._peer_ip = ""
 
     def __repr__(self) -> str:
         return f"LookupPeer({self.addr!r}, connected={self.connected})"
@@ -185,6 +201,7 @@ class LookupPeer:
                     next_ping += interval
                     if next_ping <= now:
                         next_ping = now + interval
+                    await self._follow_name()
                     self._owner.log(lg.DEBUG, f"LOOKUPD({self.addr}): sending heartbeat")
                     await self.command(ping())
                     continue
@@ -284,13 +301,48 @@ class LookupPeer:
         owner = self._owner
         owner.log(lg.INFO, f"LOOKUP connecting to {self.addr}")
         host, port = _split_address(self.addr)
+        # The name is resolved again on every connect (open_connection asks the resolver each
+        # time; nothing caches it), so a lookupd whose IP changed is found at its new address
+        # on the next reconnect: nsqio/nsq#1233.
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port), owner.dial_timeout
         )
+        self._note_peer_ip(writer)
         self._reader, self._writer = reader, writer
         self.connected = True
         writer.write(MAGIC_V1)
         await self._on_connect()
+
+    async def _follow_name(self) -> None:
+        """Once per ping interval: when the name no longer resolves to the address this
+        connection reached, drop it, so that the PING that follows connects (and registers
+        everything) where the name leads now, even if the old lookupd still answers (#1233)."""
+        host, port = _split_address(self.addr)
+        if not self.connected or not self._peer_ip or _is_ip_literal(host):
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), self._owner.dial_timeout
+            )
+        except (OSError, TimeoutError):
+            return  # a resolver hiccup is no reason to leave a working lookupd
+        if self._peer_ip in {str(info[4][0]) for info in infos}:
+            return
+        self._owner.log(
+            lg.INFO, f"LOOKUP {self.addr} no longer resolves to {self._peer_ip}: reconnecting"
+        )
+        self._disconnect()
+        self._schedule_reconnect()
+
+    def _note_peer_ip(self, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        peer_ip = str(peer[0]) if isinstance(peer, tuple) else ""
+        if self._peer_ip and peer_ip and peer_ip != self._peer_ip:
+            self._owner.log(
+                lg.INFO, f"LOOKUP {self.addr} now resolves to {peer_ip} (was {self._peer_ip})"
+            )
+        self._peer_ip = peer_ip or self._peer_ip
 
     async def _on_connect(self) -> None:
         """IDENTIFY, then REGISTER everything (Go: ``connectCallback``)."""
@@ -515,5 +567,7 @@ class LookupPeers:
             timeout = aiohttp.ClientTimeout(
                 total=self.http_request_timeout, connect=self.http_connect_timeout
             )
-            self._session = aiohttp.ClientSession(timeout=timeout)
+            # no DNS cache: lookupd's broadcast address is often a name that can move (#1233)
+            connector = aiohttp.TCPConnector(use_dns_cache=False)
+            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self._session

@@ -186,6 +186,7 @@ def topic_metrics(topic: dict[str, Any], out: Families | TextFamilies) -> None:
         labels,
         topic["message_bytes"],
     )
+    queue_limit_metrics("nsq_topic", TOPIC_LABELS, labels, topic, out)
     e2e_metrics("nsq_topic", TOPIC_LABELS, labels, topic["e2e_processing_latency"], out)
 
 
@@ -204,6 +205,7 @@ def channel_metrics(topic_name: str, channel: dict[str, Any], out: Families | Te
             labels,
             dead,
         )
+    queue_limit_metrics("nsq_channel", CHANNEL_LABELS, labels, channel, out)
     e2e_metrics("nsq_channel", CHANNEL_LABELS, labels, channel["e2e_processing_latency"], out)
     for client in channel["clients"] or []:
         client_metrics(topic_name, channel["channel_name"], client, out)
@@ -227,6 +229,46 @@ def client_metrics(
         out.gauge(f"nsq_client_{name}", doc, CLIENT_LABELS, labels, client[key])
     for key, name, doc in _CLIENT_COUNTERS:
         out.counter(f"nsq_client_{name}", doc, CLIENT_LABELS, labels, client[key])
+
+
+def queue_limit_metrics(
+    prefix: str,
+    label_names: tuple[str, ...],
+    labels: tuple[str, ...],
+    stats: dict[str, Any],
+    out: Families | TextFamilies,
+) -> None:
+    """nsqd --max-queue-bytes (queue_limits.py): only for queues with a cap or counts."""
+    if "max_queue_bytes" not in stats:
+        return
+    out.gauge(
+        f"{prefix}_max_queue_bytes",
+        "Cap on the queue's bytes (0 = none)",
+        label_names,
+        labels,
+        stats["max_queue_bytes"],
+    )
+    out.gauge(
+        f"{prefix}_queue_bytes",
+        "Bytes queued (memory + disk, as disk records)",
+        label_names,
+        labels,
+        stats["queue_bytes"],
+    )
+    out.counter(
+        f"{prefix}_queue_dropped_count",
+        "Messages discarded by --queue-full-policy=drop-oldest",
+        label_names,
+        labels,
+        stats["queue_dropped_count"],
+    )
+    out.counter(
+        f"{prefix}_queue_refused_count",
+        "Published messages refused because a queue was full",
+        label_names,
+        labels,
+        stats["queue_refused_count"],
+    )
 
 
 def e2e_metrics(

@@ -37,6 +37,7 @@ from .identify import apply_identify, negotiate
 from .lookup import LookupPeers, nsqd_identity
 from .options import HOSTNAME, Options
 from .protocol_v2 import ProtocolV2
+from .queue_limits import QueueLimits, validate_queue_options
 from .stats import E2EStream
 from .statsd import StatsdPusher
 from .tls import build_server_context, tls_protocol_factory
@@ -162,6 +163,7 @@ class NSQD:
         # nsqpy beyond Go (docs/beyond-go.md): set by drain.start_draining on SIGTERM
         self.draining = False
         self.dead_letters = DeadLetters(self)
+        self.queue_limits = QueueLimits(self)  # nsqpy --max-queue-bytes (queue_limits.py)
 
     def _validate(self) -> None:
         """Go's New(): option checks, in its order (after the data-path lock)."""
@@ -181,6 +183,7 @@ class NSQD:
             if not 0 < pct <= 1:
                 raise ValueError(f"invalid E2E processing latency percentile: {pct:g}")
         validate_beyond_options(opts)  # nsqpy additions (docs/beyond-go.md)
+        validate_queue_options(opts)
 
     def setup_tls(self) -> None:
         """Build the TLS server context from --tls-cert/--tls-key and the client policy."""
@@ -235,6 +238,7 @@ class NSQD:
         except ListenError as exc:
             raise NSQDError(INSTANTIATE + str(exc)) from None
         self.dead_letters.load()  # nsqpy: per-channel settings before channels exist
+        self.queue_limits.load()
         try:
             self.load_metadata()
         except ValueError as exc:
@@ -353,6 +357,7 @@ class NSQD:
             topic.close()
         self._save_deferred()
         self.dead_letters.close()
+        self.queue_limits.shutdown()
         self._io.shutdown(wait=True)
         self._dir_lock.unlock()
         if self._admission is not None:
@@ -368,6 +373,7 @@ class NSQD:
         topic = self.topics.get(name)
         if topic is None:
             topic = Topic(name, self, self.new_backend(name, ephemeral=name.endswith("#ephemeral")))
+            self.queue_limits.apply(topic)
             self.topics[name] = topic
             self.logger.info(f"TOPIC({name}): created")
             self.topic_created(topic)
@@ -408,6 +414,7 @@ class NSQD:
         backend = self.new_backend(f"{topic.name}:{name}", ephemeral=name.endswith("#ephemeral"))
         channel = Channel(topic, name, self, backend)
         self.dead_letters.apply(channel)
+        self.queue_limits.apply(channel)
         self.logger.info(f"TOPIC({topic.name}): new channel({name})")
         return channel
 
@@ -456,6 +463,7 @@ class NSQD:
         self._notify_lookupd(topic.name, None, register=False)
         if self.dead_letters.overrides:
             self.dead_letters.forget(topic.name)
+        self.queue_limits.forget(topic.name)
         if not topic.ephemeral:
             self.persist_metadata()
 
@@ -468,6 +476,7 @@ class NSQD:
         self._notify_lookupd(topic.name, channel.name, register=False)
         if self.dead_letters.overrides:
             self.dead_letters.forget(topic.name, channel.name)
+        self.queue_limits.forget(topic.name, channel.name)
         if not channel.ephemeral and not topic.ephemeral:
             self.persist_metadata()
 
@@ -727,7 +736,7 @@ class NSQD:
             return ()
         if topic is None:
             return tuple(self._syncing.values())
-        if topic.mem_capacity > 0:
+        if not topic.publish_writes_channels():
             task = self._syncing.get(topic.backend)  # type: ignore[call-overload]
             return (task,) if task is not None else ()
         name = topic.name

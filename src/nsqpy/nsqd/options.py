@@ -310,3 +310,31 @@ class Options(CommonOptions):
         "[nsqpy] on SIGTERM refuse publishes, leave nsqlookupd and keep delivering until the "
         "channels are empty or this long (0 = shut down at once, as Go)",
     )
+    max_queue_bytes: int = option(
+        "max-queue-bytes",
+        0,
+        INT,
+        "[nsqpy] cap on the bytes queued (memory + disk) in each topic and channel queue; "
+        "--queue-full-policy says what a full queue does (0 = unlimited, Go's behaviour; "
+        "per channel with POST /channel/config)",
+    )
+    queue_full_policy: str = option(
+        "queue-full-policy",
+        "refuse",
+        STR,
+        "[nsqpy] when a publish would take a queue over --max-queue-bytes: 'refuse' (the "
+        "publish fails with E_PUB_FAILED / HTTP 503 QUEUE_FULL) or 'drop-oldest' (the queue's "
+        "oldest messages are discarded and counted)",
+    )
+    max_defer_timeout: float = option(
+        "max-defer-timeout",
+        0.0,
+        DURATION,
+        "[nsqpy] maximum DPUB / HTTP defer duration (0 = bounded by --max-req-timeout, as Go)",
+    )
+
+
+def max_defer_ms(opts: Options) -> int:
+    """The longest DPUB / HTTP ``defer`` in ms: --max-defer-timeout when set (nsqio/nsq#1499,
+    PR #1504), else --max-req-timeout as in Go."""
+    return round((opts.max_defer_timeout or opts.max_req_timeout) * 1000)

@@ -27,6 +27,7 @@ from ..protocol.commands import FIN_RUN, Command
 from .channel import ChannelError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from .errors import BackendWriteError, NeedsReauth
+from .options import max_defer_ms
 from .topic import TopicError
 
 if TYPE_CHECKING:
@@ -378,7 +379,7 @@ class ProtocolV2:
             timeout_ms = parse_base10(params[1])
             if timeout_ms is None:
                 raise ProtocolError("E_INVALID", f"DPUB could not parse timeout {_text(params[1])}")
-            max_ms = round(self.nsqd.options.max_req_timeout * 1000)
+            max_ms = max_defer_ms(self.nsqd.options)  # nsqpy --max-defer-timeout, else Go's
             timeout_ns = _duration_ns(timeout_ms)
             if timeout_ns < 0 or timeout_ns > max_ms * 1_000_000:
                 raise ProtocolError(

@@ -142,6 +142,9 @@ def channel_stats(nsqd: NSQD, channel: Channel, include_clients: bool) -> dict[s
     if channel.max_attempts or channel.dead_letter_count:  # nsqpy dead-lettering: extra keys
         stats["max_attempts"] = channel.max_attempts
         stats["dead_letter_count"] = channel.dead_letter_count
+    bounded = nsqd.queue_limits.describe(channel)  # nsqpy --max-queue-bytes: extra keys
+    if bounded is not None:
+        stats.update(bounded)
     return stats
 
 
@@ -169,18 +172,20 @@ def _topic_stats_steps(
         yield
     quantiles = nsqd.options.e2e_processing_latency_percentiles
     streams = [c.e2e for c in topic.channels.values() if c.e2e is not None]
-    out.append(
-        {
-            "topic_name": topic.name,
-            "channels": channel_list,
-            "depth": topic.depth(),
-            "backend_depth": topic.backend.depth(),
-            "message_count": topic.message_count,
-            "message_bytes": topic.message_bytes,
-            "paused": topic.paused,
-            "e2e_processing_latency": e2e_result(streams, quantiles),
-        }
-    )
+    stats = {
+        "topic_name": topic.name,
+        "channels": channel_list,
+        "depth": topic.depth(),
+        "backend_depth": topic.backend.depth(),
+        "message_count": topic.message_count,
+        "message_bytes": topic.message_bytes,
+        "paused": topic.paused,
+        "e2e_processing_latency": e2e_result(streams, quantiles),
+    }
+    bounded = nsqd.queue_limits.describe(topic)  # nsqpy --max-queue-bytes: extra keys
+    if bounded is not None:
+        stats.update(bounded)
+    out.append(stats)
 
 
 Stats = tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]

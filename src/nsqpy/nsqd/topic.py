@@ -124,6 +124,8 @@ class Topic:
     def put_message(self, msg: Message) -> None:
         if self.exiting:
             raise TopicError("exiting")
+        if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (queue_limits.py)
+            self.nsqd.queue_limits.admit(self, (msg,))
         self._put(msg)
         self.message_count += 1
         self.message_bytes += len(msg.body)
@@ -134,6 +136,9 @@ class Topic:
         if self.exiting:
             raise TopicError("exiting")
         if not msgs:
+            return
+        if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (queue_limits.py)
+            self.nsqd.queue_limits.admit(self, msgs)
             return
         if self._direct_to_channels():
             self._fan_out(msgs)
@@ -151,14 +156,21 @@ class Topic:
         return bool(self._channel_list) and self.started and not self.paused and not self.exiting
 
     def _direct_to_channels(self) -> bool:
-        """--mem-queue-size=0 with nothing waiting in the topic: write straight to the
-        channels' disk queues (what the pump would do next, without the topic's copy)."""
+        """Nothing waits in the topic and either --mem-queue-size=0 (write straight to the
+        channels' disk queues: what the pump would do next, without the topic's copy) or
+        --max-queue-bytes caps are set (a publish is admitted against the channels' bytes,
+        so it must reach them at once, as before the pump)."""
         return (
-            self.mem_capacity <= 0
+            (self.mem_capacity <= 0 or self.nsqd.queue_limits.active)
             and self.flowing()
             and not self.memory_queue
             and self.backend.depth() == 0
         )
+
+    def publish_writes_channels(self) -> bool:
+        """Whether a publish now may write the channels' queues before its OK (so its OK
+        waits for their running fsyncs too, ``NSQD.running_syncs``)."""
+        return self.mem_capacity <= 0 or self.nsqd.queue_limits.active
 
     def _put(self, msg: Message) -> None:
         if msg.deferred and self.flowing():

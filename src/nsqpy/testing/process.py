@@ -81,7 +81,7 @@ class DaemonProcess:
         self._ready = threading.Event()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, *self.args],
+            self.command(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -112,6 +112,10 @@ class DaemonProcess:
                 code = self.proc.returncode
             raise RuntimeError(f"{self.module} exited with {code}:\n{self.log}")
         return self
+
+    def command(self) -> list[str]:
+        """The child's argv (a subclass may wrap it, e.g. in ``unshare``)."""
+        return [sys.executable, "-m", self.module, *self.args]
 
     def popen_options(self) -> dict[str, Any]:
         """Extra ``subprocess.Popen`` arguments (a subclass may set e.g. ``preexec_fn``)."""

@@ -20,6 +20,7 @@ import {
   lossText,
 } from "./common.js";
 import { inspectSection, loadInspection } from "./inspect.js";
+import { hasQueueLimits, queueLimitHeaders, queueLimitCells, queueLimitBlanks } from "./queue_limits.js";
 
 // The Attributes labels of a client, as Go shows them.
 export function clientAttributes(c) {
@@ -74,7 +75,7 @@ export class ChannelPage {
   }
 
   bind(root, ctx) {
-    bindActions(root, (action) => this.act(ctx, action));
+    bindActions(root, (action, data) => this.act(ctx, action, data));
     // "toggle" does not bubble: listen while it travels down.
     root.addEventListener(
       "toggle",
@@ -92,7 +93,10 @@ export class ChannelPage {
     );
   }
 
-  act(ctx, action) {
+  act(ctx, action, data) {
+    if (action === "kick") {
+      return this.kick(ctx, data);
+    }
     const s = this.stats;
     const name = html`<em>${this.topic}/${this.channel}</em>`;
     const extra = [];
@@ -145,6 +149,34 @@ export class ChannelPage {
     return runAction(ctx, specs[action]);
   }
 
+  // nsqpy (nsqio/nsq#418): close one consumer's connection on its nsqd, after a confirmation
+  // naming the client. Its in-flight messages go back to the channel on their timeout.
+  kick(ctx, data) {
+    const c = (this.stats.clients || []).find(
+      (x) => x.node === data.node && x.remote_address === data.remoteAddress,
+    );
+    const inFlight = c ? Number(c.in_flight_count) : 0;
+    const who = html`<em>${c ? clientHost(c) : data.remoteAddress}</em>`;
+    return runAction(ctx, {
+      title: "Kick client",
+      body: html`<p>Disconnect client ${who} (${data.remoteAddress}) from nsqd
+          <em>${data.node}</em>?</p>
+        <p>${inFlight
+          ? `Its ${commafy(inFlight)} in-flight messages are requeued when their timeout expires.`
+          : "It has no messages in flight."}
+          The client may reconnect.</p>`,
+      action: "Kick Client",
+      style: "btn-danger",
+      call: () =>
+        api("POST", this.path + "/clients", {
+          action: "kick",
+          node: data.node,
+          remote_address: data.remoteAddress,
+        }),
+      done: `Kicked client ${data.remoteAddress} off ${data.node}.`,
+    });
+  }
+
   render(ctx) {
     const s = this.stats;
     const nodes = s.nodes || [];
@@ -164,7 +196,7 @@ export class ChannelPage {
     }
     const actions = queueActions(ctx, s.paused, "Channel");
     return html`${banner}${head}${actions}${liveCards(this.hist, "channel")}
-      ${this.nodeTable()}${this.clientTable()}${inspectSection(this.inspection, this.opened)}`;
+      ${this.nodeTable()}${this.clientTable(ctx)}${inspectSection(this.inspection, this.opened)}`;
   }
 
   nodeTable() {
@@ -174,7 +206,8 @@ export class ChannelPage {
     const nE2e = e2eHeaders(s).length;
     // nsqd --max-attempts: its limit and the messages it moved to the dead-letter topic
     const dead = s.max_attempts !== undefined || nodes.some((n) => n.max_attempts !== undefined);
-    const cols = 8 + (graph ? 1 : 0) + nE2e + (dead ? 2 : 0);
+    const bounded = hasQueueLimits(s, nodes); // nsqd --max-queue-bytes
+    const cols = 8 + (graph ? 1 : 0) + nE2e + (dead ? 2 : 0) + (bounded ? 3 : 0);
     const deadCells = (n) =>
       n.max_attempts === undefined
         ? html`<td class="num muted" data-col="max_attempts">–</td>
@@ -186,7 +219,7 @@ export class ChannelPage {
       <td class="num" data-col="in_flight_count">${commafy(n.in_flight_count)}</td>
       <td class="num">${commafy(n.deferred_count)}</td>
       <td class="num">${commafy(n.requeue_count)}</td><td class="num">${commafy(n.timeout_count)}</td>
-      ${dead ? deadCells(n) : ""}
+      ${dead ? deadCells(n) : ""}${bounded ? queueLimitCells(n) : ""}
       <td class="num" data-col="message_count">${commafy(n.message_count)}</td>`;
     const rows = nodes.map(
       (n) => html`<tr data-node="${n.node}"><td>${hostCell(n)}${pausedLabel(n.paused)}</td>
@@ -198,16 +231,17 @@ export class ChannelPage {
           <td>${graphImg("channel", n.node, this.topic, this.channel, "deferred_count")}</td>
           <td>${graphImg("channel", n.node, this.topic, this.channel, "requeue_count")}</td>
           <td>${graphImg("channel", n.node, this.topic, this.channel, "timeout_count")}</td>
-          ${dead ? html`<td></td><td></td>` : ""}<td>${graphImg("channel", n.node, this.topic, this.channel, "message_count")}</td>
-          <td colspan="${cols - 7 - (dead ? 2 : 0)}"></td></tr>` : ""}`,
+          ${dead ? html`<td></td><td></td>` : ""}${queueLimitBlanks(bounded)}<td>${graphImg("channel", n.node, this.topic, this.channel, "message_count")}</td>
+          <td colspan="${cols - 7 - (dead ? 2 : 0) - (bounded ? 3 : 0)}"></td></tr>` : ""}`,
     );
     return html`<h4>Channel</h4>${tableScroll(html`<table class="table" id="channel-nodes">
       <tr><th>&nbsp;</th><th colspan="4" class="center">Message Queues</th>
-        <th colspan="${(graph ? 5 : 4) + (dead ? 2 : 0)}" class="center">Statistics</th>${e2eGroupHeader(s)}</tr>
+        <th colspan="${(graph ? 5 : 4) + (dead ? 2 : 0) + (bounded ? 3 : 0)}" class="center">Statistics</th>${e2eGroupHeader(s)}</tr>
       <tr><th>NSQd Host</th><th class="num">Depth</th><th class="num">Memory + Disk</th>
         <th class="num">In-Flight</th><th class="num">Deferred</th><th class="num">Requeued</th>
         <th class="num">Timed Out</th>
         ${dead ? html`<th class="num">Max Attempts</th><th class="num">Dead-Lettered</th>` : ""}
+        ${bounded ? queueLimitHeaders() : ""}
         <th class="num">Messages</th>
         ${graph ? html`<th class="num">Rate</th>` : ""}<th class="num">Connections</th>
         ${e2eHeaders(s)}</tr>
@@ -218,7 +252,7 @@ export class ChannelPage {
     </table>`)}`;
   }
 
-  clientTable() {
+  clientTable(ctx) {
     const clients = this.stats.clients || [];
     if (!clients.length) {
       return html`<h4>Client Connections</h4>${notice("Notice", "No clients connected to this channel")}`;
@@ -226,7 +260,8 @@ export class ChannelPage {
     return html`<h4>Client Connections</h4>${tableScroll(html`<table class="table" id="clients">
       <tr><th>Client Host</th><th>User-Agent</th><th>Attributes</th><th>NSQd Host</th>
         <th class="num">In-Flight</th><th class="num">Ready Count</th><th class="num">Finished</th>
-        <th class="num">Requeued</th><th class="num">Messages</th><th class="num">Connected</th></tr>
+        <th class="num">Requeued</th><th class="num">Messages</th><th class="num">Connected</th>
+        ${ctx.isAdmin ? html`<th></th>` : ""}</tr>
       ${clients.map(
         (c) => html`<tr data-client="${c.client_id}">
           <td>${clientHost(c)}</td><td><small>${c.user_agent}</small></td>
@@ -237,7 +272,10 @@ export class ChannelPage {
           <td class="num">${commafy(c.finish_count)}</td>
           <td class="num">${commafy(c.requeue_count)}</td>
           <td class="num">${commafy(c.message_count)}</td>
-          <td class="num">${duration(c.connected)}</td></tr>`,
+          <td class="num">${duration(c.connected)}</td>
+          ${ctx.isAdmin ? html`<td><button class="btn btn-xs btn-danger" data-action="kick"
+            data-node="${c.node}" data-remote-address="${c.remote_address}"
+            title="disconnect this client">Kick</button></td>` : ""}</tr>`,
       )}
     </table>`)}`;
   }

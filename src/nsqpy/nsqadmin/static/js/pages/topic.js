@@ -20,6 +20,7 @@ import {
   queueActions,
   lossText,
 } from "./common.js";
+import { hasQueueLimits, queueLimitHeaders, queueLimitCells, queueLimitBlanks } from "./queue_limits.js";
 
 // A producer's node name as the API spells it: <broadcast_address>:<http_port>.
 export function producerName(producer) {
@@ -153,7 +154,8 @@ export class TopicPage {
     const s = this.stats;
     const graph = graphActive();
     const nodes = s.nodes || [];
-    const cols = 4 + (graph ? 1 : 0) + (e2eHeaders(s).length || 0);
+    const bounded = hasQueueLimits(s, nodes); // nsqd --max-queue-bytes: the topic's own queue
+    const cols = 4 + (graph ? 1 : 0) + (e2eHeaders(s).length || 0) + (bounded ? 3 : 0);
     const tomb = (name) =>
       ctx.isAdmin
         ? html`<button class="btn-link-x" data-action="tombstone" data-node="${name}"
@@ -168,31 +170,36 @@ export class TopicPage {
             "nsqlookupd no longer lists this node as a producer of the topic",
           )}` : ""}</td>
           <td class="num">${commafy(n.depth)}</td><td class="num">${memoryDisk(n)}</td>
+          ${bounded ? queueLimitCells(n) : ""}
           <td class="num">${commafy(n.message_count)}</td>
           ${graph ? rateCell(n.node, this.topic) : ""}
           <td class="num">${commafy((n.channels || []).length)}</td>${e2eCells(s, n)}
         </tr>
         ${graph ? html`<tr class="graph-row"><td></td>
           <td>${graphImg("topic", n.node, this.topic, "", "depth")}</td><td></td>
+          ${queueLimitBlanks(bounded)}
           <td>${graphImg("topic", n.node, this.topic, "", "message_count")}</td>
-          <td colspan="${cols - 3}"></td></tr>` : ""}`;
+          <td colspan="${cols - 3 - (bounded ? 3 : 0)}"></td></tr>` : ""}`;
     });
     return html`<h4>Topic Message Queue</h4>${tableScroll(html`<table class="table" id="topic-nodes">
       ${e2eHeaders(s).length ? html`<tr><th colspan="${cols - e2eHeaders(s).length + 1}"></th>
         ${e2eGroupHeader(s)}</tr>` : ""}
       <tr><th>NSQd Host</th><th class="num">Depth</th><th class="num">Memory + Disk</th>
+        ${bounded ? queueLimitHeaders() : ""}
         <th class="num">Messages</th>${graph ? html`<th class="num">Rate</th>` : ""}
         <th class="num">Channels</th>${e2eHeaders(s)}</tr>
       ${rows}${unreachableRows(s.unreachable, cols)}
       <tr class="total"><td>${totalLabel(nodes.length, s.unreachable)}</td>
         <td class="num">${commafy(s.depth)}</td><td class="num">${memoryDisk(s)}</td>
+        ${bounded ? queueLimitCells(s) : ""}
         <td class="num">${commafy(s.message_count)}</td>
         ${graph ? rateCell("*", this.topic) : ""}
         <td class="num">${commafy((s.channels || []).length)}</td>${e2eCells(s, s)}</tr>
       ${graph ? html`<tr class="graph-row"><td></td>
         <td>${graphImg("topic", "*", this.topic, "", "depth")}</td><td></td>
+        ${queueLimitBlanks(bounded)}
         <td>${graphImg("topic", "*", this.topic, "", "message_count")}</td>
-        <td colspan="${cols - 3}"></td></tr>` : ""}
+        <td colspan="${cols - 3 - (bounded ? 3 : 0)}"></td></tr>` : ""}
     </table>`)}`;
   }
 
@@ -208,6 +215,7 @@ export class TopicPage {
     }
     const graph = graphActive();
     const nE2e = e2eHeaders(s).length;
+    const bounded = hasQueueLimits({}, channels); // nsqd --max-queue-bytes
     const rows = channels.map(
       (c, i) => html`<tr data-channel="${c.channel_name}">
           <th><a href="${topicPath(this.topic, c.channel_name)}">${c.channel_name}</a>${pausedLabel(
@@ -220,6 +228,7 @@ export class TopicPage {
           <td class="num">${commafy(c.deferred_count)}</td>
           <td class="num">${commafy(c.requeue_count)}</td>
           <td class="num">${commafy(c.timeout_count)}</td>
+          ${bounded ? queueLimitCells(c) : ""}
           <td class="num">${commafy(c.message_count)}</td>
           <td class="num" data-col="client_count">${commafy(c.client_count)}</td>${e2eCells(s, c)}
         </tr>
@@ -230,17 +239,18 @@ export class TopicPage {
           <td>${graphImg("channel", "", this.topic, c.channel_name, "deferred_count")}</td>
           <td>${graphImg("channel", "", this.topic, c.channel_name, "requeue_count")}</td>
           <td>${graphImg("channel", "", this.topic, c.channel_name, "timeout_count")}</td>
+          ${queueLimitBlanks(bounded)}
           <td>${graphImg("channel", "", this.topic, c.channel_name, "message_count")}</td>
           <td>${graphImg("channel", "", this.topic, c.channel_name, "clients")}</td>
           ${nE2e ? html`<td colspan="${nE2e}"></td>` : ""}</tr>` : ""}`,
     );
     return html`<h4>Channel Message Queues</h4>${tableScroll(html`<table class="table" id="channels">
-      ${nE2e ? html`<tr><th colspan="12"></th>${e2eGroupHeader(s)}</tr>` : ""}
+      ${nE2e ? html`<tr><th colspan="${12 + (bounded ? 3 : 0)}"></th>${e2eGroupHeader(s)}</tr>` : ""}
       <tr><th>Channel</th><th class="num">Depth</th><th class="num">Msgs/s in</th>
         <th class="num">Msgs/s out</th><th>Depth trend</th><th class="num">Memory + Disk</th>
         <th class="num">In-Flight</th><th class="num">Deferred</th><th class="num">Requeued</th>
-        <th class="num">Timed Out</th><th class="num">Messages</th><th class="num">Connections</th>
-        ${e2eHeaders(s)}</tr>
+        <th class="num">Timed Out</th>${bounded ? queueLimitHeaders() : ""}<th class="num">Messages</th>
+        <th class="num">Connections</th>${e2eHeaders(s)}</tr>
       ${rows}
     </table>`)}`;
   }

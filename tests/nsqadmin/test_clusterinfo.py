@@ -1,10 +1,12 @@
-"""``nsqpy.nsqadmin.clusterinfo`` as a library, with no web layer, against a real cluster."""
+"""``nsqpy.internal.clusterinfo`` as a library, with no web layer, against a real cluster."""
 
 from __future__ import annotations
 
 import pytest
 
-from nsqpy.nsqadmin.clusterinfo import Client, ClusterInfo, UpstreamError, http_address
+from nsqpy.internal.api_client import ApiClient
+from nsqpy.internal.clusterinfo import ClusterInfo, UpstreamError
+from nsqpy.internal.clusterinfo_types import http_address
 
 from .conftest import Cluster
 
@@ -16,7 +18,7 @@ async def test_query_and_aggregate(cluster: Cluster) -> None:
         cluster.pub(topic, b"m", node, count)
     cluster.wait_registered(topic, 2)
     lookupds = [cluster.lookupd_address]
-    async with ClusterInfo(Client(connect_timeout=2, request_timeout=5)) as ci:
+    async with ClusterInfo(ApiClient(connect_timeout=2, request_timeout=5)) as ci:
         topics = await ci.get_lookupd_topics(lookupds)
         assert topic in topics.value and topics.failures == []
         producers = await ci.get_topic_producers(topic, lookupds, [])

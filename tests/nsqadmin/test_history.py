@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsqpy.nsqadmin.clusterinfo import Failure
+from nsqpy.internal.clusterinfo import Failure
 from nsqpy.nsqadmin.history import (
     OVERVIEW_POINTS,
     RATE_WINDOW,

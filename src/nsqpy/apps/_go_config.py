@@ -17,8 +17,10 @@ from typing import Any
 
 from ..client.backoff import BackoffStrategy, ExponentialBackoff, FullJitterBackoff
 from ..internal.durations import format_duration, parse_duration
+from ..internal.flags import parse_bool, parse_int
+from ..protocol.errors import go_quote
 
-__all__ = ["ClientConfig", "ConfigError", "go_quote"]
+__all__ = ["ClientConfig", "ConfigError"]
 
 # value kinds (go-nsq field types)
 _DURATION, _INT, _UINT, _FLOAT, _BOOL, _STR = "duration", "int", "uint", "float", "bool", "str"
@@ -99,13 +101,6 @@ class ConfigError(ValueError):
     """An option go-nsq would refuse; the text is go-nsq's."""
 
 
-def go_quote(text: str) -> str:
-    """Go's ``%q`` for the strings a command line carries."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    escaped = escaped.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    return f'"{escaped}"'
-
-
 def _go_value(value: Any) -> str:
     """Go's ``%v`` of a coerced option value."""
     if isinstance(value, bool):
@@ -115,21 +110,6 @@ def _go_value(value: Any) -> str:
     return str(value)
 
 
-_GO_INT = re.compile(r"[+-]?[0-9]+")
-_GO_UINT = re.compile(r"\+?[0-9]+")
-
-
-def _parse_int(text: str, unsigned: bool) -> int:
-    func = "ParseUint" if unsigned else "ParseInt"
-    if not (_GO_UINT if unsigned else _GO_INT).fullmatch(text):
-        raise ValueError(f"strconv.{func}: parsing {go_quote(text)}: invalid syntax")
-    value = int(text)
-    limit = (1 << 64) if unsigned else (1 << 63)
-    if not (-limit <= value < limit):
-        raise ValueError(f"strconv.{func}: parsing {go_quote(text)}: value out of range")
-    return value
-
-
 def _parse_float(text: str) -> float:
     try:
         if text.strip() != text or text.lower() in ("infinity", "+infinity", "-infinity"):
@@ -137,14 +117,6 @@ def _parse_float(text: str) -> float:
         return float(text)
     except ValueError:
         raise ValueError(f"strconv.ParseFloat: parsing {go_quote(text)}: invalid syntax") from None
-
-
-def _parse_bool(text: str) -> bool:
-    if text in ("1", "t", "T", "TRUE", "true", "True"):
-        return True
-    if text in ("0", "f", "F", "FALSE", "false", "False"):
-        return False
-    raise ValueError(f"strconv.ParseBool: parsing {go_quote(text)}: invalid syntax")
 
 
 def _parse_go_duration(text: str) -> float:
@@ -169,13 +141,13 @@ def _coerce(kind: str, value: str | bool) -> Any:
     if kind == _DURATION:
         return _parse_go_duration(value)
     if kind == _INT:
-        return _parse_int(value, unsigned=False)
+        return parse_int(value)
     if kind == _UINT:
-        return _parse_int(value, unsigned=True)
+        return parse_int(value, unsigned=True)
     if kind == _FLOAT:
         return _parse_float(value)
     if kind == _BOOL:
-        return _parse_bool(value)
+        return parse_bool(value)
     if kind == _STR:
         return value
     if kind == _BACKOFF:

@@ -46,9 +46,19 @@ from .. import NSQ_VERSION, __version__, version_line
 from ..client import Consumer, Handler
 from ..client.errors import NSQDConnectError, go_dial_error, go_http_error
 from ..internal.daemon import StopSignals, run_event_loop
-from ..internal.flags import BOOL, DURATION, INT, STR, STR_LIST, UsageError, option, run_command
+from ..internal.flags import (
+    BOOL,
+    INT,
+    STR,
+    STR_LIST,
+    HTTPClientTimeouts,
+    UsageError,
+    option,
+    run_command,
+)
+from ..protocol.errors import go_quote
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
-from ._go_config import ClientConfig, ConfigError, go_quote
+from ._go_config import ClientConfig, ConfigError
 
 __all__ = [
     "ClientConfig",
@@ -149,15 +159,8 @@ class ProducerFlags:
 
 
 @dataclass
-class HTTPClientFlags:
+class HTTPClientFlags(HTTPClientTimeouts):
     """The timeouts of a tool's own HTTP requests (override a field to change a default)."""
-
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
-    )
-    http_client_request_timeout: float = option(
-        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
-    )
 
     def check_http_client_timeouts(self) -> None:
         """Go's two checks (nsq_stat, nsq_to_file): both timeouts positive."""

@@ -22,14 +22,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import aiohttp
 from aiohttp import web
 
 from ..client import Consumer, Message, NoConnectionsError, NSQError, Producer
 from ..client.lookup import producer_addresses
 from ..internal import lg
+from ..internal.api_client import ApiClient, RequestError, api_url
 from ..internal.durations import format_duration
 from ..internal.flags import BOOL, DURATION, INT, LOG_LEVEL, STR, option
+from ..internal.http_server import start_app
 from ..internal.net import ListenError, format_address, listen_socket
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from . import common
@@ -397,23 +398,21 @@ class Publisher:
         await producer.close()
 
     async def _lookupd_nodes(self) -> list[str]:
-        timeout = aiohttp.ClientTimeout(total=5.0)
+        client = ApiClient(connect_timeout=None, request_timeout=5.0)
         found: list[str] = []
-        async with aiohttp.ClientSession(timeout=timeout, headers=_ACCEPT_V1) as session:
+        try:
             for address in self.opts.lookupd_http_address:
-                url = (address if "://" in address else "http://" + address) + "/nodes"
+                url = api_url(address, "nodes")
                 try:
-                    async with session.get(url) as resp:
-                        body = await resp.json(content_type=None)
-                except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+                    body = await client.get_v1(url)
+                except RequestError as exc:
                     self.logger.error(f"error querying nsqlookupd ({url}) - {exc}")
                     continue
                 if isinstance(body, dict):
                     found.extend(producer_addresses(body))
+        finally:
+            await client.close()
         return list(dict.fromkeys(found))
-
-
-_ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 
 
 # --------------------------------------------------------------------------- the command
@@ -424,15 +423,11 @@ async def run(opts: Options) -> int:
     logger = lg.Logger(opts.log_prefix, opts.log_level)
     stopping = common.stop_event()
     server = PubSubServer(opts, logger)
-    runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None)
-    await runner.setup()
     try:
         sock = listen_socket(opts.http_address)
     except ListenError as exc:
-        await runner.cleanup()
         raise common.FatalError(f"FATAL: {exc}") from None
-    site = web.SockSite(runner, sock)
-    await site.start()
+    runner = await start_app(server.app(), sock, handler_cancellation=True)
     logger.info(f"HTTP: listening on {format_address(sock.getsockname())}")
     try:
         await stopping.wait()

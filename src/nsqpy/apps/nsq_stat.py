@@ -20,30 +20,18 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote_plus
+from typing import TypeVar
 
-import aiohttp
-
+from ..internal.api_client import ApiClient
+from ..internal.clusterinfo import ClusterInfo, Result, UpstreamError
+from ..internal.clusterinfo_types import Json
 from ..internal.flags import BOOL, DURATION, STR, STR_LIST, UsageError, option
-from ._go_config import go_quote
-from .common import FatalError, HTTPClientFlags, describe_http_error, run_app
+from ..protocol.errors import go_quote
+from .common import FatalError, HTTPClientFlags, run_app
 
 PROGRAM = "nsq_stat"
 HEADER_EVERY = 25
-_ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
-#: the summed fields of a channel, in the order of a report line's numbers
-_COUNTERS = (
-    "depth",
-    "memory_depth",
-    "backend_depth",
-    "in_flight_count",
-    "deferred_count",
-    "requeue_count",
-    "timeout_count",
-    "message_count",
-    "client_count",
-)
+T = TypeVar("T")
 
 
 @dataclass
@@ -96,7 +84,7 @@ def header() -> str:
     return f"{rule}\n{names}\n"
 
 
-def report_line(new: dict[str, int], old: dict[str, int], interval: float) -> str:
+def report_line(new: Json, old: Json, interval: float) -> str:
     """One report: Go's ``%7d %7d | %7d %7d %7d %5d %5d | %7d %7d %12d %7d``."""
     received = new["message_count"] - old["message_count"]
     ingress = int(received / interval)
@@ -112,128 +100,45 @@ def report_line(new: dict[str, int], old: dict[str, int], interval: float) -> st
 # ---------------------------------------------------------------------- cluster queries
 
 
-def _join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+def _value(result: Result[T]) -> T:
+    """Go's nsq_stat treats a partial error as fatal too: any failure raises its text."""
+    if result.failures:
+        raise UpstreamError(result.error_text, result.failures)
+    return result.value
 
 
-class StatsClient:
-    """The parts of Go's clusterinfo nsq_stat uses, with its error texts."""
+async def topic_producers(ci: ClusterInfo, opts: Options) -> list[Json]:
+    if opts.lookupd_http_address:
+        found = await ci.get_lookupd_topic_producers(opts.topic, opts.lookupd_http_address)
+    else:
+        found = await ci.get_nsqd_topic_producers(opts.topic, opts.nsqd_http_address)
+    return _value(found)
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
-        self.session = session
 
-    async def get_v1(self, url: str) -> Any:
-        try:
-            async with self.session.get(url, headers=_ACCEPT_V1) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    text = body.decode("utf-8", "replace")
-                    raise RuntimeError(f"got response {resp.status} {resp.reason} {go_quote(text)}")
-                return await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise RuntimeError(f'Get "{url}": {describe_http_error(exc)}') from None
-
-    async def _all(self, urls: list[str]) -> list[Any]:
-        return await asyncio.gather(*(self.get_v1(u) for u in urls), return_exceptions=True)
-
-    async def lookupd_topic_producers(self, topic: str, lookupds: list[str]) -> list[str]:
-        urls = [f"http://{a}/lookup?topic={quote_plus(topic)}" for a in lookupds]
-        producers: list[str] = []
-        errors: list[str] = []
-        for result in await self._all(urls):
-            if isinstance(result, BaseException):
-                errors.append(str(result))
-                continue
-            for p in (result or {}).get("producers") or ():
-                address = _join_host_port(p["broadcast_address"], p["http_port"])
-                if address not in producers:
-                    producers.append(address)
-        if errors and len(errors) == len(lookupds):
-            raise RuntimeError("failed to query any nsqlookupd: " + "\n".join(errors))
-        if errors:
-            raise RuntimeError("\n".join(errors))
-        return producers
-
-    async def nsqd_topic_producers(self, topic: str, nsqds: list[str]) -> list[str]:
-        query = f"format=json&topic={quote_plus(topic)}&include_clients=false"
-        results = await asyncio.gather(
-            *(self._nsqd_producer(a, topic, query) for a in nsqds), return_exceptions=True
-        )
-        errors = [str(r) for r in results if isinstance(r, BaseException)]
-        if errors and len(errors) == len(nsqds):
-            raise RuntimeError("failed to query any nsqd: " + "\n".join(errors))
-        if errors:
-            raise RuntimeError("\n".join(errors))
-        return [r for r in results if isinstance(r, str)]
-
-    async def _nsqd_producer(self, address: str, topic: str, query: str) -> str | None:
-        stats = await self.get_v1(f"http://{address}/stats?{query}")
-        if not any(t.get("topic_name") == topic for t in stats.get("topics") or ()):
-            return None
-        info = await self.get_v1(f"http://{address}/info")
-        host, port = info.get("broadcast_address"), info.get("http_port")
-        if not host:  # an old nsqd: use the address we were given
-            host, _, port_text = address.rpartition(":")
-            host, port = host.strip("[]"), int(port_text)
-        return _join_host_port(host, port)
-
-    async def channel_stats(
-        self, producers: list[str], topic: str, channel: str
-    ) -> dict[str, int] | None:
-        query = (
-            f"format=json&topic={quote_plus(topic)}&channel={quote_plus(channel)}"
-            "&include_clients=false"
-        )
-        results = await self._all([f"http://{p}/stats?{query}" for p in producers])
-        errors = [str(r) for r in results if isinstance(r, BaseException)]
-        if len(errors) == len(producers):  # with no producers at all, as Go: an empty list
-            raise RuntimeError("failed to query any nsqd: " + "\n".join(errors))
-        total: dict[str, int] | None = None
-        for result in results:
-            if isinstance(result, BaseException):
-                continue
-            for t in result.get("topics") or ():
-                if t.get("topic_name") != topic:
-                    continue
-                for c in t.get("channels") or ():
-                    if c.get("channel_name") != channel:
-                        continue
-                    c = dict(c, memory_depth=c["depth"] - c["backend_depth"])
-                    total = total or dict.fromkeys(_COUNTERS, 0)
-                    for key in _COUNTERS:
-                        total[key] += int(c.get(key) or 0)
-        if errors:
-            raise RuntimeError("\n".join(errors))
-        return total
+async def channel_totals(ci: ClusterInfo, producers: list[Json], opts: Options) -> Json | None:
+    """The channel's stats summed over its producers; None if none of them has it. With no
+    producers at all this fails as Go's does (``failed to query any nsqd: ``)."""
+    found = await ci.get_nsqd_stats(producers, opts.topic, opts.channel, include_clients=False)
+    return _value(found).channels.get(opts.channel)
 
 
 # ---------------------------------------------------------------------- the loop
 
 
 async def stat_loop(opts: Options) -> None:
-    timeout = aiohttp.ClientTimeout(
-        total=opts.http_client_request_timeout, connect=opts.http_client_connect_timeout
-    )
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        client = StatsClient(session)
-        previous: dict[str, int] | None = None
+    client = ApiClient(opts.http_client_connect_timeout, opts.http_client_request_timeout)
+    async with ClusterInfo(client) as ci:
+        previous: Json | None = None
         reports = opts.reports
         i = 0
         while reports is None or reports >= i:
             try:
-                if opts.lookupd_http_address:
-                    producers = await client.lookupd_topic_producers(
-                        opts.topic, opts.lookupd_http_address
-                    )
-                else:
-                    producers = await client.nsqd_topic_producers(
-                        opts.topic, opts.nsqd_http_address
-                    )
-            except RuntimeError as exc:
+                producers = await topic_producers(ci, opts)
+            except UpstreamError as exc:
                 raise FatalError(f"ERROR: failed to get topic producers - {exc}") from None
             try:
-                current = await client.channel_stats(producers, opts.topic, opts.channel)
-            except RuntimeError as exc:
+                current = await channel_totals(ci, producers, opts)
+            except UpstreamError as exc:
                 raise FatalError(f"ERROR: failed to get nsqd stats - {exc}") from None
             if current is None:
                 raise FatalError(

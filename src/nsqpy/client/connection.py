@@ -18,7 +18,6 @@ import json
 import logging
 import socket
 import ssl
-import struct
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -33,6 +32,7 @@ from ..protocol.compression import (
     SnappyFrameWriter,
 )
 from ..protocol.frames import (
+    FRAME_HEADER,
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,
     FRAME_TYPE_RESPONSE,
@@ -43,7 +43,7 @@ from ..protocol.frames import (
     FrameDecoder,
     FrameTooLarge,
 )
-from ..protocol.message import MESSAGE_HEADER_LENGTH
+from ..protocol.message import ID_START, MESSAGE_HEADER, MESSAGE_HEADER_LENGTH
 from .errors import ConnectionClosedError, IdentifyError, ServerError, go_dial_error
 from .message import Message
 from .rdy import RdyState
@@ -56,8 +56,6 @@ DEFAULT_USER_AGENT = f"nsqpy/{__version__}"
 #: nsqd before 0.2.20 does not announce max_rdy_count; 2500 was its fixed limit
 DEFAULT_MAX_RDY_COUNT = 2500
 
-_FRAME_HEADER = struct.Struct(">ii")
-_MESSAGE_HEADER = struct.Struct(">QH")
 _NOP = commands.nop()
 
 
@@ -138,10 +136,6 @@ def split_address(address: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"invalid nsqd address {address!r} (expected host:port)")
     return host.strip("[]"), int(port)
-
-
-def join_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ConnectionDelegate(Protocol):
@@ -369,7 +363,7 @@ class Connection(asyncio.Protocol):
             buf = self._hs_buf
             assert buf is not None
             if len(buf) >= 8:
-                size, frame_type = _FRAME_HEADER.unpack_from(buf, 0)
+                size, frame_type = FRAME_HEADER.unpack_from(buf, 0)
                 if size < 4 or size > self.options.max_frame_size:
                     raise ConnectionClosedError(f"{self.address}: invalid frame size {size}")
                 if len(buf) >= 4 + size:
@@ -509,15 +503,23 @@ class Connection(asyncio.Protocol):
             self._fail(exc)
             return
         delegate = self.delegate
+        id_start, header_length = ID_START, MESSAGE_HEADER_LENGTH  # locals: read per message
         for frame_type, body in frames:
             if frame_type == FRAME_TYPE_MESSAGE:
-                if len(body) < MESSAGE_HEADER_LENGTH:
+                if len(body) < header_length:
                     self._fail(ValueError(f"message frame too short ({len(body)} bytes)"))
                     return
-                timestamp, attempts = _MESSAGE_HEADER.unpack_from(body, 0)
+                timestamp, attempts = MESSAGE_HEADER.unpack_from(body, 0)
                 delegate.on_message(
                     self,
-                    Message(body[10:26], body[26:], timestamp, attempts, self.address, self),
+                    Message(
+                        body[id_start:header_length],
+                        body[header_length:],
+                        timestamp,
+                        attempts,
+                        self.address,
+                        self,
+                    ),
                 )
             elif frame_type == FRAME_TYPE_RESPONSE:
                 if body == HEARTBEAT:

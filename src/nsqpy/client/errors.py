@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
-import aiohttp
-
+from ..internal.api_client import go_dial_error, go_http_error
 from ..protocol.errors import NON_FATAL_CODES
+
+__all__ = [
+    "ClosedError",
+    "ConnectionClosedError",
+    "HTTPPublishError",
+    "IdentifyError",
+    "NSQDConnectError",
+    "NSQError",
+    "NoConnectionsError",
+    "ServerError",
+    "go_dial_error",
+    "go_http_error",
+]
 
 
 class NSQError(Exception):
@@ -62,31 +71,3 @@ class HTTPPublishError(NSQError):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
-
-
-def go_dial_error(address: str, exc: BaseException) -> str:
-    """A failed dial in Go's words (``dial tcp <address>: connect: connection refused``), so
-    logs and fatal errors read as Go's tools' do rather than as Python exception reprs."""
-    if isinstance(exc, TimeoutError):
-        return f"dial tcp {address}: i/o timeout"
-    if isinstance(exc, socket.gaierror):
-        host = address.rpartition(":")[0].strip("[]")
-        return f"dial tcp: lookup {host}: {_lower_first(exc.strerror or str(exc))}"
-    if isinstance(exc, OSError) and exc.errno is not None:
-        return f"dial tcp {address}: connect: {_lower_first(os.strerror(exc.errno))}"
-    return f"dial tcp {address}: {exc}"
-
-
-def go_http_error(exc: BaseException) -> str:
-    """An HTTP client failure in the words of Go's net/http (what follows ``Get "<url>": ``)."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        host = f"[{exc.host}]" if ":" in exc.host else exc.host
-        return go_dial_error(f"{host}:{exc.port}", exc.os_error)
-    if isinstance(exc, TimeoutError):
-        return "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
-    return str(exc) or type(exc).__name__
-
-
-def _lower_first(text: str) -> str:
-    """Go's syscall error texts are the C library's, lower-cased (``connection refused``)."""
-    return text[:1].lower() + text[1:]

@@ -10,16 +10,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import aiohttp
-
-from .connection import join_address
-from .errors import go_http_error
+from ..internal.api_client import ApiClient, RequestError
+from ..internal.net import join_host_port
 
 __all__ = ["LookupdPoller", "lookup_url", "producer_addresses"]
 
 log = logging.getLogger("nsqpy.client")
-
-_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
 
 
 def lookup_url(address: str, topic: str) -> str:
@@ -47,7 +43,7 @@ def producer_addresses(response: dict[str, Any]) -> list[str]:
         host = producer.get("broadcast_address") or producer.get("address")
         port = producer.get("tcp_port")
         if host and isinstance(port, int):
-            addresses.append(join_address(host, port))
+            addresses.append(join_host_port(host, port))
     return addresses
 
 
@@ -80,7 +76,12 @@ class LookupdPoller:
         self.timeout = timeout
         self.rng = rng if rng is not None else random.Random()
         self.rounds = 0
-        self._session: aiohttp.ClientSession | None = None
+        # A new connection and a fresh name lookup on every poll: a lookupd that moved to
+        # another IP is asked at its new address (nsqio/nsq#1233), not through a kept-alive
+        # connection or aiohttp's 10 s DNS cache.
+        self._client = ApiClient(
+            connect_timeout=None, request_timeout=timeout, dns_cache=False, keep_alive=False
+        )
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 
@@ -97,9 +98,7 @@ class LookupdPoller:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._client.close()
 
     async def _run(self) -> None:
         while True:
@@ -116,15 +115,6 @@ class LookupdPoller:
 
     async def poll(self) -> list[str]:
         """Query all nsqlookupd now; report and return the union of their producers."""
-        if self._session is None:
-            # A new connection and a fresh name lookup on every poll: a lookupd that moved to
-            # another IP is asked at its new address (nsqio/nsq#1233), not through a kept-alive
-            # connection or aiohttp's 10 s DNS cache.
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                headers=_ACCEPT,
-                connector=aiohttp.TCPConnector(use_dns_cache=False, force_close=True),
-            )
         results = await asyncio.gather(*(self._query(url) for url in self.urls))
         union = list(dict.fromkeys(_flatten(results)))
         self.rounds += 1
@@ -132,18 +122,16 @@ class LookupdPoller:
         return union
 
     async def _query(self, url: str) -> list[str]:
-        assert self._session is not None
         log.debug("querying nsqlookupd %s", url)
         try:
-            async with self._session.get(url) as resp:
-                if resp.status == 404:
-                    return []  # TOPIC_NOT_FOUND: nobody produces it (yet)
-                if resp.status != 200:
-                    log.error("error querying nsqlookupd (%s) - HTTP %d", url, resp.status)
-                    return []
-                body = await resp.json(content_type=None)
-        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            log.error('error querying nsqlookupd (%s) - Get "%s": %s', url, url, go_http_error(exc))
+            body = await self._client.get_v1(url)
+        except RequestError as exc:
+            if exc.status == 404:
+                return []  # TOPIC_NOT_FOUND: nobody produces it (yet)
+            if exc.status:
+                log.error("error querying nsqlookupd (%s) - HTTP %d", url, exc.status)
+            else:
+                log.error("error querying nsqlookupd (%s) - %s", url, exc)
             return []
         return producer_addresses(body) if isinstance(body, dict) else []
 

@@ -9,6 +9,7 @@ value (keyed by the flag's config name) > default.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import tomllib
 from collections.abc import Callable, Sequence
@@ -105,15 +106,54 @@ def specs(options_cls: type) -> list[FlagSpec]:
     return out
 
 
+@dataclass
+class HTTPClientTimeouts:
+    """The timeouts of a program's own HTTP requests: nsqd's (to lookupd and the auth
+    server), nsqadmin's and the utilities'."""
+
+    http_client_connect_timeout: float = option(
+        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
+    )
+    http_client_request_timeout: float = option(
+        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
+    )
+
+
 # --------------------------------------------------------------------------- value parsing
 
 
 def parse_bool(text: str) -> bool:
+    """Go's ``strconv.ParseBool`` with its error text (the flag parser reports any failure as
+    Go's flag package does: ``parse error``)."""
     if text in ("1", "t", "T", "TRUE", "true", "True"):
         return True
     if text in ("0", "f", "F", "FALSE", "false", "False"):
         return False
-    raise ValueError("parse error")
+    raise ValueError(f"strconv.ParseBool: parsing {go_quote(text)}: invalid syntax")
+
+
+_DECIMAL_INT = re.compile(r"[+-]?[0-9]+")
+_DECIMAL_UINT = re.compile(r"\+?[0-9]+")
+
+
+def parse_int(text: str, base: int = 10, unsigned: bool = False) -> int:
+    """Go's ``strconv.ParseInt``/``ParseUint`` for 64 bits with their error texts. ``base`` 10
+    takes decimal digits only; ``base`` 0 takes Go's prefixes (``0x``, ``0o``, ``0b``, C-style
+    octal ``010``) and underscores, as the flag package parses an int."""
+    func = "ParseUint" if unsigned else "ParseInt"
+    try:
+        if base == 0:
+            value = _parse_prefixed_int(text)
+        elif base == 10 and (_DECIMAL_UINT if unsigned else _DECIMAL_INT).fullmatch(text):
+            value = int(text)
+        else:
+            raise ValueError(text)
+    except ValueError:
+        raise ValueError(f"strconv.{func}: parsing {go_quote(text)}: invalid syntax") from None
+    low, high = (0, 1 << 64) if unsigned else (-(1 << 63), 1 << 63)
+    if not low <= value < high:
+        raise ValueError(f"strconv.{func}: parsing {go_quote(text)}: value out of range")
+    return value
 
 
 def parse_tls_required(text: str) -> int:
@@ -122,8 +162,8 @@ def parse_tls_required(text: str) -> int:
     return TLS_REQUIRED_ALL if parse_bool(text) else TLS_NOT_REQUIRED
 
 
-def _parse_go_int(text: str) -> int:
-    """strconv.ParseInt(text, 0, 64): like Python's base 0, plus C-style octal ``010``."""
+def _parse_prefixed_int(text: str) -> int:
+    """strconv's base 0: like Python's base 0, plus C-style octal ``010``."""
     digits = text.lstrip("+-")
     if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
         value = int(digits, 8)
@@ -139,7 +179,7 @@ def parse_value(kind: str, text: str) -> Any:
     if kind == STR:
         return text
     if kind == INT:
-        return _parse_go_int(text)
+        return parse_int(text, base=0)
     if kind == BOOL:
         return parse_bool(text)
     if kind == DURATION:

@@ -34,6 +34,11 @@ def split_host_port(address: str) -> tuple[str, str]:
     return host, port
 
 
+def join_host_port(host: str, port: int | str) -> str:
+    """Go's ``net.JoinHostPort``: ``host:port``, brackets around an IPv6 host."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def is_unix_address(address: str) -> bool:
     """Go's ``TypeOfAddr``: anything that is not ``host:port`` is a unix socket path."""
     try:
@@ -46,8 +51,7 @@ def is_unix_address(address: str) -> bool:
 def format_address(sockname: object) -> str:
     """A socket address as Go's ``net.Addr.String()`` prints it (``[::1]:4160`` for IPv6)."""
     if isinstance(sockname, tuple) and len(sockname) >= 2:
-        host, port = str(sockname[0]), sockname[1]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return join_host_port(str(sockname[0]), sockname[1])
     return str(sockname)
 
 

@@ -1,6 +1,6 @@
 """nsqadmin: the operator's web UI for an NSQ cluster (Go: nsqadmin/).
 
-:mod:`.clusterinfo` queries and aggregates the cluster and is usable on its own;
+:mod:`nsqpy.internal.clusterinfo` queries and aggregates the cluster (nsq_stat uses it too);
 :class:`NSQAdmin` is the daemon as a library; ``python -m nsqpy.nsqadmin`` the command.
 """
 

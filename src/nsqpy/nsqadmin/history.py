@@ -38,8 +38,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..internal import clusterinfo as ci
 from ..internal import lg
-from . import clusterinfo as ci
+from ..internal.api_client import RequestError
+from ..internal.clusterinfo_types import http_address, producer_from_info
 
 Json = dict[str, Any]
 
@@ -441,7 +443,7 @@ class Poller:
             url = f"http://{address}/stats?format=json&include_clients=false"
             try:
                 data = await self.ci.client.get_v1(url)
-            except ci.RequestError as exc:
+            except RequestError as exc:
                 return address, ci.Failure(address, str(exc))
             return address, data if isinstance(data, dict) else {}
 
@@ -474,7 +476,7 @@ class Poller:
                     registrations[entry["topic"]] = (live, dead + 1)
                 else:
                     registrations[entry["topic"]] = (live + 1, dead)
-        addresses = [ci.http_address(p) for p in producers]
+        addresses = [http_address(p) for p in producers]
         stats, failures = await self._stats(addresses)
         return Poll(
             at=time.time(),
@@ -493,8 +495,8 @@ class Poller:
         if name is None:
             try:
                 info = await self.ci.client.get_v1(f"http://{address}/info")
-                name = ci.http_address(ci.ClusterInfo._producer_from_info(address, info, []))
-            except (ci.RequestError, AttributeError, TypeError):
+                name = http_address(producer_from_info(address, info, []))
+            except (RequestError, AttributeError, TypeError):
                 return address
             self._names[address] = name
         return name

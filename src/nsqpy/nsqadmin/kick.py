@@ -19,28 +19,29 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from ..internal.api_client import RequestError, query_string
+from ..internal.clusterinfo_types import http_address
 from ..internal.http_api import ApiError, v1_json
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
-from . import clusterinfo as cluster
+from .api_actions import string_field
+from .context import Warnings
 
 if TYPE_CHECKING:
     from .http import AdminHTTP
 
 
 async def kick_client(server: AdminHTTP, request: web.Request) -> web.Response:
-    from .http import Warnings, _string_field
-
     server.require_admin(request)
     topic, channel = request.match_info["topic"], request.match_info["channel"]
     if not is_valid_topic_name(topic):
         raise ApiError(400, "INVALID_TOPIC")
     if not is_valid_channel_name(channel):
         raise ApiError(400, "INVALID_CHANNEL")
-    body = await server._json_body(request)
+    body = await server.json_body(request)
     try:
-        action = _string_field(body, "action")
-        node = _string_field(body, "node")
-        remote_address = _string_field(body, "remote_address")
+        action = string_field(body, "action")
+        node = string_field(body, "node")
+        remote_address = string_field(body, "remote_address")
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
     if action != "kick":
@@ -49,16 +50,16 @@ async def kick_client(server: AdminHTTP, request: web.Request) -> web.Response:
         raise ApiError(400, "MISSING_ARG_NODE")
     if not remote_address:
         raise ApiError(400, "MISSING_ARG_REMOTE_ADDRESS")
-    producers, _ = await server._topic_producers(topic, Warnings(server.logger))
-    if not any(cluster.http_address(p) == node for p in producers):
+    producers, _ = await server.topic_producers(topic, Warnings(server.logger))
+    if not any(http_address(p) == node for p in producers):
         raise ApiError(404, "NODE_NOT_FOUND")
-    query = cluster._qs(remote_address=remote_address, topic=topic, channel=channel)
+    query = query_string(remote_address=remote_address, topic=topic, channel=channel)
     url = f"http://{node}/client/kick?{query}"
     server.logger.info(f"CI: querying nsqd {url}")
-    error: cluster.RequestError | None = None
+    error: RequestError | None = None
     try:
         await server.ci.client.post_v1(url)
-    except cluster.RequestError as exc:
+    except RequestError as exc:
         error = exc
     # as Go's actions: notify before looking at the outcome, so a failed kick is audited too
     server.notify("kick_client", topic, channel, node, request, remote_address=remote_address)

@@ -19,7 +19,6 @@ import ipaddress
 import json
 import socket
 import ssl
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,9 +27,11 @@ from aiohttp import web
 
 from .. import version_line
 from ..internal import lg
+from ..internal.api_client import ApiClient
+from ..internal.clusterinfo import ClusterInfo
+from ..internal.daemon import ServiceContext
+from ..internal.http_server import start_app
 from ..internal.net import format_address, listen_socket, split_host_port
-from ..nsqlookupd.nsqlookupd import http_server_logger
-from .clusterinfo import Client, ClusterInfo
 from .history import History, Poller
 from .http import AdminHTTP, normalize_base_path
 from .options import Options
@@ -121,7 +122,7 @@ def validate(opts: Options) -> None:
         raise ConfigError("--poll-interval must not be negative")
 
 
-class NSQAdmin:
+class NSQAdmin(ServiceContext):
     """One nsqadmin: the HTTP server, the cluster client, the poller and the notifier."""
 
     def __init__(self, options: Options | None = None, *, logger: lg.Logger | None = None):
@@ -134,7 +135,9 @@ class NSQAdmin:
         self.base_path = opts.base_path
         self.hostname = socket.gethostname()
         self.ci = ClusterInfo(
-            Client(opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context),
+            ApiClient(
+                opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context
+            ),
             self.logger,
         )
         self.history = History(opts.poll_interval, opts.history_points)
@@ -160,16 +163,9 @@ class NSQAdmin:
         self._http_text = format_address(self.real_http_address)
         self._notifications = asyncio.Queue()
         self._notifier = asyncio.get_running_loop().create_task(self._send_notifications())
-        runner = web.AppRunner(
-            AdminHTTP(self).make_app(),
-            access_log=None,
-            handle_signals=False,
-            shutdown_timeout=1.0,
-            logger=http_server_logger(self.logger),
+        self._runner = await start_app(
+            AdminHTTP(self).make_app(), sock, self.logger, shutdown_timeout=1.0
         )
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-        self._runner = runner
         self.logger.info(f"HTTP: listening on {self._http_text}")
         self.poller.start()
 
@@ -192,18 +188,6 @@ class NSQAdmin:
         notifier.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await notifier
-
-    async def __aenter__(self) -> NSQAdmin:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # ------------------------------------------------------------------ runtime changes
 

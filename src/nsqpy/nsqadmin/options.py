@@ -10,14 +10,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..internal.flags import BOOL, DURATION, INT, STR, STR_LIST, CommonOptions, option
+from ..internal.flags import (
+    BOOL,
+    DURATION,
+    INT,
+    STR,
+    STR_LIST,
+    CommonOptions,
+    HTTPClientTimeouts,
+    option,
+)
 
 #: Options Go's /config/:opt does not know (they are flags of the command, not of the Options).
 COMMAND_ONLY = frozenset({"version", "config", "verbose"})
 
 
 @dataclass
-class Options(CommonOptions):
+class Options(CommonOptions, HTTPClientTimeouts):
     log_prefix: str = option("log-prefix", "[nsqadmin] ", STR, "log message prefix")
 
     http_address: str = option(
@@ -63,12 +72,6 @@ class Options(CommonOptions):
         "HTTP endpoint (fully qualified) to which POST notifications of admin actions will be sent",
     )
 
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
-    )
-    http_client_request_timeout: float = option(
-        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
-    )
     http_client_tls_insecure_skip_verify: bool = option(
         "http-client-tls-insecure-skip-verify",
         False,

@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 
 from .. import version_line
-from ..internal.daemon import StopSignals
+from ..internal import daemon, lg
+from ..internal.daemon import Service, StopSignals
 from ..internal.flags import run_command
 from .drain import drain
 from .nsqd import NSQD, NSQDError
@@ -37,29 +38,31 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(10_000, 10, 10)
 
 
-async def serve(opts: Options) -> int:
-    nsqd = NSQD(opts)
-    # before start(): a signal right after "listening on" must still shut down cleanly
-    signals = StopSignals()
-    try:
-        await nsqd.start()
-    except NSQDError as exc:
-        nsqd.logger.fatal(str(exc))
-        return 1
-    await signals.stopping.wait()
+async def drain_on_sigterm(nsqd: Service, signals: StopSignals) -> None:
+    """nsqpy ``--drain-timeout``: after SIGTERM (not SIGINT) let consumers finish first; a
+    second signal ends the drain at once."""
+    assert isinstance(nsqd, NSQD)
+    opts = nsqd.options
     if opts.drain_timeout > 0 and signals.received[0] == signal.SIGTERM:
-        # nsqpy --drain-timeout: a second signal ends the drain at once
         signals.stopping.clear()
         await drain(nsqd, opts.drain_timeout, interrupt=signals.stopping)
-    await nsqd.stop()
-    return 0
 
 
 def start(opts: Options) -> int:
     install_event_loop_policy()
     tune_garbage_collector()
+    logger = lg.Logger(opts.log_prefix, opts.log_level)
+    serving = daemon.serve(
+        "nsqd",
+        logger,
+        lambda: NSQD(opts, logger),
+        start_errors=(NSQDError,),
+        before_stop=drain_on_sigterm,
+    )
     try:
-        return asyncio.run(serve(opts))
+        # asyncio.run under the policy above: replacing install_event_loop_policy (as
+        # tests/faults/stdlib_loop_nsqd.py and bench/bench_nsqd.py do) keeps asyncio's loop
+        return daemon.run_until_stopped(serving, use_uvloop=False)
     except NSQDError as exc:
         sys.stderr.write(f"[nsqd] FATAL: {exc}\n")
         return 1

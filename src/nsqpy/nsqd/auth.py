@@ -19,6 +19,7 @@ import aiohttp
 from yarl import URL
 
 from ..internal import lg
+from ..internal.api_client import ACCEPT_V1
 from ..internal.http_api import go_json
 from ..protocol import ProtocolError, go_quote
 from .errors import NeedsReauth
@@ -26,7 +27,7 @@ from .errors import NeedsReauth
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
 
-ACCEPT = "application/vnd.nsq; version=1.0"
+ACCEPT = ACCEPT_V1  # Go asks the auth server as it asks nsqd (http_api.GETV1)
 PERMISSIONS = ("subscribe", "publish")
 
 

@@ -14,6 +14,7 @@ from aiohttp import web
 from ..internal.http_api import ApiError, RouteHandler, v1_json
 from . import inspect, kick
 from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
+from .http_params import channel_args, existing_topic, first, query
 from .metrics import metrics_route
 from .queue_limits import POLICIES
 
@@ -52,9 +53,7 @@ class BeyondHandlers:
         self.nsqd = server.nsqd
 
     def _channel(self, request: web.Request) -> Channel:
-        from .http import query
-
-        topic, name = self.server._channel_args(query(request))
+        topic, name = channel_args(self.nsqd, query(request))
         channel = topic.get_existing_channel(name)
         if channel is None:
             raise ApiError(404, "CHANNEL_NOT_FOUND")
@@ -67,8 +66,6 @@ class BeyondHandlers:
         POST with ``max_attempts`` and/or ``dead_letter_topic_suffix`` (kept in
         nsqpy.channel_config.json), ``max_queue_bytes`` and/or ``queue_full_policy`` (kept in
         nsqpy.queue_limits.json): change them."""
-        from .http import first, query
-
         params = query(request)
         channel = self._channel(request)
         if request.method == "POST":
@@ -103,8 +100,6 @@ class BeyondHandlers:
     ) -> tuple[int, str] | None:
         """``max_queue_bytes`` and/or ``queue_full_policy`` (nsqpy --max-queue-bytes), or None
         when neither is given."""
-        from .http import first
-
         raw_limit = first(params, "max_queue_bytes")
         policy = first(params, "queue_full_policy")
         if raw_limit is None and policy is None:
@@ -127,8 +122,6 @@ class BeyondHandlers:
     async def dead_letter(self, request: web.Request) -> web.Response:
         """The history of a dead-lettered message (``id``), or the latest of a dead-letter
         topic (``topic``, at most ``n``)."""
-        from .http import first, query
-
         params = query(request)
         msg_id = first(params, "id")
         if msg_id is not None:
@@ -143,23 +136,17 @@ class BeyondHandlers:
         return v1_json({"messages": self.nsqd.dead_letters.latest(topic, limit)})
 
     async def client_kick(self, request: web.Request) -> web.Response:
-        from .http import query
-
         return await kick.client_kick(self.nsqd, query(request))
 
     # ------------------------------------------------------------------ inspection
 
     async def topic_peek(self, request: web.Request) -> web.Response:
-        from .http import first, query
-
         params = query(request)
-        topic = self.server._existing_topic(params, validate=True)
+        topic = existing_topic(self.nsqd, params, validate=True)
         msgs = inspect.peek_topic(topic, _count(first(params, "n"), 1))
         return _messages(msgs, first(params, "format"))
 
     async def channel_peek(self, request: web.Request) -> web.Response:
-        from .http import first, query
-
         params = query(request)
         channel = self._channel(request)
         msgs = inspect.peek_channel(channel, _count(first(params, "n"), 1))

@@ -18,7 +18,6 @@ from ..protocol import (
     FRAME_HEARTBEAT,
     FRAME_TYPE_MESSAGE,
     MAGIC_V2,
-    MESSAGE_HEADER_LENGTH,
     CommandParser,
     LineTooLong,
     ProtocolError,
@@ -33,8 +32,8 @@ from ..protocol.compression import (
     SnappyFrameReader,
     SnappyFrameWriter,
 )
+from ..protocol.message import MESSAGE_FRAME_HEADER, MESSAGE_FRAME_OVERHEAD
 from .errors import NeedsReauth
-from .message import MESSAGE_FRAME_HEADER as _MESSAGE_FRAME_HEADER
 from .tls import TLSError, TLSSession
 
 if TYPE_CHECKING:
@@ -46,7 +45,6 @@ if TYPE_CHECKING:
     from .nsqd import NSQD
 
 #: A message frame's size field counts the frame type, timestamp, attempts and ID.
-_FRAME_OVERHEAD = 4 + MESSAGE_HEADER_LENGTH
 STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING = range(5)
 DEFAULT_BUFFER_SIZE = 16 * 1024
 _BAD_PROTOCOL = encode_error(b"E_BAD_PROTOCOL")
@@ -482,19 +480,21 @@ class ClientV2(asyncio.Protocol):
         self.message_count += count
         out = self._out
         append = out.append
-        pack = _MESSAGE_FRAME_HEADER.pack
+        pack = MESSAGE_FRAME_HEADER.pack
         size = 0
         for msg in msgs:
             attempts = msg.attempts + 1
             msg.attempts = attempts
             body = msg.body
             append(
-                pack(_FRAME_OVERHEAD + len(body), FRAME_TYPE_MESSAGE, msg.timestamp, attempts)
+                pack(
+                    MESSAGE_FRAME_OVERHEAD + len(body), FRAME_TYPE_MESSAGE, msg.timestamp, attempts
+                )
                 + msg.id
             )
             append(body)
             size += len(body)
-        self._out_len += size + count * (_FRAME_OVERHEAD + 4)
+        self._out_len += size + count * (MESSAGE_FRAME_OVERHEAD + 4)
 
     def after_deliveries(self) -> None:
         """Flush policy after messages were buffered (Go's messagePump)."""

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import struct
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
 from aiohttp import web
 
@@ -29,9 +27,10 @@ from ..internal.http_api import (
     v1_json,
     v1_text,
 )
-from ..protocol import ProtocolError, is_valid_channel_name, is_valid_topic_name, parse_mpub_body
+from ..protocol import ProtocolError, is_valid_topic_name, parse_mpub_body
 from . import beyond_http
 from .errors import BackendWriteError
+from .http_params import channel_args, existing_topic, first, query
 from .options import Options, max_defer_ms
 from .queue_limits import QueueFullError
 from .stats import (
@@ -51,25 +50,6 @@ if TYPE_CHECKING:
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 _OPTION_SPECS = {spec.cfg: spec for spec in specs(Options)}
 _BE32 = struct.Struct(">i")
-
-
-_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-
-
-def query(request: web.Request) -> dict[str, list[str]]:
-    """The URL query string only (never a form body); Go's first-value-wins lists.
-
-    Like Go's url.ParseQuery, a malformed escape or a ``;`` separator is INVALID_REQUEST.
-    """
-    raw = request.rel_url.raw_query_string
-    if _BAD_ESCAPE.search(raw) or ";" in raw:
-        raise ApiError(400, "INVALID_REQUEST")
-    return parse_qs(raw, keep_blank_values=True)
-
-
-def first(params: dict[str, list[str]], key: str) -> str | None:
-    values = params.get(key)
-    return values[0] if values else None
 
 
 class HTTPServer:
@@ -257,17 +237,6 @@ class HTTPServer:
 
     # ------------------------------------------------------------------ topics
 
-    def _existing_topic(self, params: dict[str, list[str]], validate: bool) -> Topic:
-        name = first(params, "topic")
-        if name is None:
-            raise ApiError(400, "MISSING_ARG_TOPIC")
-        if validate and not is_valid_topic_name(name):
-            raise ApiError(400, "INVALID_TOPIC")
-        topic = self.nsqd.get_existing_topic(name)
-        if topic is None:
-            raise ApiError(404, "TOPIC_NOT_FOUND")
-        return topic
-
     async def topic_create(self, request: web.Request) -> web.Response:
         topic = self._topic_from_query(query(request))
         await self._settled(self.nsqd.topic_starting(topic))
@@ -275,17 +244,17 @@ class HTTPServer:
 
     async def topic_delete(self, request: web.Request) -> web.Response:
         params = query(request)
-        topic = self._existing_topic(params, validate=False)
+        topic = existing_topic(self.nsqd, params, validate=False)
         self.nsqd.delete_existing_topic(topic.name)
         return v1_empty()
 
     async def topic_empty(self, request: web.Request) -> web.Response:
-        topic = self._existing_topic(query(request), validate=True)
+        topic = existing_topic(self.nsqd, query(request), validate=True)
         topic.empty()
         return v1_empty()
 
     async def topic_pause(self, request: web.Request) -> web.Response:
-        topic = self._existing_topic(query(request), validate=False)
+        topic = existing_topic(self.nsqd, query(request), validate=False)
         if "unpause" in request.path:
             topic.unpause()
         else:
@@ -295,29 +264,13 @@ class HTTPServer:
 
     # ------------------------------------------------------------------ channels
 
-    def _channel_args(self, params: dict[str, list[str]]) -> tuple[Topic, str]:
-        topic_name = first(params, "topic")
-        if topic_name is None:
-            raise ApiError(400, "MISSING_ARG_TOPIC")
-        if not is_valid_topic_name(topic_name):
-            raise ApiError(400, "INVALID_ARG_TOPIC")
-        channel_name = first(params, "channel")
-        if channel_name is None:
-            raise ApiError(400, "MISSING_ARG_CHANNEL")
-        if not is_valid_channel_name(channel_name):
-            raise ApiError(400, "INVALID_ARG_CHANNEL")
-        topic = self.nsqd.get_existing_topic(topic_name)
-        if topic is None:
-            raise ApiError(404, "TOPIC_NOT_FOUND")
-        return topic, channel_name
-
     async def channel_create(self, request: web.Request) -> web.Response:
-        topic, name = self._channel_args(query(request))
+        topic, name = channel_args(self.nsqd, query(request))
         topic.get_channel(name)
         return v1_empty()
 
     async def channel_delete(self, request: web.Request) -> web.Response:
-        topic, name = self._channel_args(query(request))
+        topic, name = channel_args(self.nsqd, query(request))
         try:
             topic.delete_existing_channel(name)
         except TopicError:
@@ -325,7 +278,7 @@ class HTTPServer:
         return v1_empty()
 
     async def channel_empty(self, request: web.Request) -> web.Response:
-        topic, name = self._channel_args(query(request))
+        topic, name = channel_args(self.nsqd, query(request))
         channel = topic.get_existing_channel(name)
         if channel is None:
             raise ApiError(404, "CHANNEL_NOT_FOUND")
@@ -333,7 +286,7 @@ class HTTPServer:
         return v1_empty()
 
     async def channel_pause(self, request: web.Request) -> web.Response:
-        topic, name = self._channel_args(query(request))
+        topic, name = channel_args(self.nsqd, query(request))
         channel = topic.get_existing_channel(name)
         if channel is None:
             raise ApiError(404, "CHANNEL_NOT_FOUND")

@@ -40,16 +40,15 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import socket
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import aiohttp
-
 from .. import NSQ_VERSION
 from ..internal import lg
+from ..internal.api_client import ApiClient, api_url
+from ..internal.net import join_host_port
 from ..protocol.frames import MAGIC_V1
 from ..protocol.lookup import (
     E_INVALID,
@@ -89,11 +88,6 @@ def nsqd_identity(
         "tcp_port": tcp_port,
         "version": version,
     }
-
-
-def join_host_port(host: str, port: int) -> str:
-    """Go's ``net.JoinHostPort``: brackets around an IPv6 host."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _split_address(addr: str) -> tuple[str, str]:
@@ -435,7 +429,8 @@ class LookupPeers:
         self._addresses = list(addresses)
         self._peers: list[LookupPeer] = []
         self._closing: set[asyncio.Task[None]] = set()
-        self._session: aiohttp.ClientSession | None = None
+        # no DNS cache: lookupd's broadcast address is often a name that can move (#1233)
+        self._http = ApiClient(http_connect_timeout, http_request_timeout, dns_cache=False)
         self._started = False
 
     def identity(self) -> Mapping[str, Any]:
@@ -464,9 +459,7 @@ class LookupPeers:
         self._peers = []
         self._closing.clear()
         await asyncio.gather(*tasks, return_exceptions=True)
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        await self._http.close()
 
     def set_addresses(self, addresses: Iterable[str]) -> None:
         """New ``--lookupd-tcp-address`` list: drop peers no longer listed, add new ones."""
@@ -550,24 +543,8 @@ class LookupPeers:
         return sorted(channels)
 
     async def _get_channels(self, addr: str, topic: str) -> list[str]:
-        session = self._http_session()
-        url = f"http://{addr}/channels"
-        self.log(lg.DEBUG, f"CI: querying nsqlookupd {url}?topic={topic}")
-        headers = {"Accept": "application/vnd.nsq; version=1.0"}
-        async with session.get(url, params={"topic": topic}, headers=headers) as response:
-            body = await response.read()
-            if response.status != 200:
-                raise RuntimeError(f"got response {response.status} {response.reason} {body!r}")
-        data = json.loads(body)
+        url = api_url(addr, "channels", topic=topic)
+        self.log(lg.DEBUG, f"CI: querying nsqlookupd {url}")
+        data = await self._http.get_v1(url)
         channels = data.get("channels") if isinstance(data, dict) else None
         return [c for c in channels or () if isinstance(c, str)]
-
-    def _http_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            timeout = aiohttp.ClientTimeout(
-                total=self.http_request_timeout, connect=self.http_connect_timeout
-            )
-            # no DNS cache: lookupd's broadcast address is often a name that can move (#1233)
-            connector = aiohttp.TCPConnector(use_dns_cache=False)
-            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
-        return self._session

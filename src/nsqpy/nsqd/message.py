@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING
 
-from ..protocol.message import MESSAGE_HEADER_LENGTH, decode_message
+from ..protocol.frames import FRAME_TYPE_MESSAGE
+from ..protocol.message import (
+    ID_START,
+    MESSAGE_FRAME_HEADER,
+    MESSAGE_FRAME_OVERHEAD,
+    MESSAGE_HEADER,
+    MESSAGE_HEADER_LENGTH,
+    decode_message,
+)
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
 
-_HEADER = struct.Struct(">QH")
-MESSAGE_FRAME_HEADER = struct.Struct(">iiQH")
-FRAME_TYPE_MESSAGE = 2
 _new_message = object.__new__
 
 
@@ -64,11 +68,11 @@ class Message:
 
     def encode(self) -> bytes:
         """The wire and disk encoding: ``BE64 ts, BE16 attempts, 16-byte id, body``."""
-        return _HEADER.pack(self.timestamp, self.attempts) + self.id + self.body
+        return MESSAGE_HEADER.pack(self.timestamp, self.attempts) + self.id + self.body
 
     def frame(self) -> bytes:
         """The complete message frame as sent to a consumer."""
-        size = MESSAGE_HEADER_LENGTH + 4 + len(self.body)
+        size = MESSAGE_FRAME_OVERHEAD + len(self.body)
         header = MESSAGE_FRAME_HEADER.pack(size, FRAME_TYPE_MESSAGE, self.timestamp, self.attempts)
         return header + self.id + self.body
 
@@ -76,8 +80,9 @@ class Message:
 def message_from_bytes(data: bytes) -> Message:
     if len(data) < MESSAGE_HEADER_LENGTH:
         decode_message(data)  # raises the decoder's error
-    timestamp, attempts = _HEADER.unpack_from(data, 0)
-    return _build(bytes(data[10:26]), bytes(data[26:]), timestamp, attempts)
+    timestamp, attempts = MESSAGE_HEADER.unpack_from(data, 0)
+    msg_id = bytes(data[ID_START:MESSAGE_HEADER_LENGTH])
+    return _build(msg_id, bytes(data[MESSAGE_HEADER_LENGTH:]), timestamp, attempts)
 
 
 def _build(msg_id: bytes, body: bytes, timestamp: int, attempts: int) -> Message:

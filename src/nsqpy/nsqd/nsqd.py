@@ -271,17 +271,13 @@ class NSQD:
             self._tasks.append(self.loop.create_task(StatsdPusher(self).run()))
 
     async def _start_http(self, address: str) -> None:
-        from aiohttp import web
-
+        from ..internal.http_server import start_app
         from .http import build_app
 
         sock = self._listen(address, allow_unix=True)
         self.http_listen = format_address(sock.getsockname())
         self.http_port = -1 if sock.family == socket.AF_UNIX else sock.getsockname()[1]
-        runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-        self._http_runner = runner
+        self._http_runner = await start_app(build_app(self), sock)
         self.logger.info(f"HTTP: listening on {self.http_listen}")
 
     async def _start_https(self, address: str) -> None:

@@ -18,6 +18,7 @@ from ..internal.flags import (
     TLS_REQUIRED,
     TLS_VERSION,
     CommonOptions,
+    HTTPClientTimeouts,
     option,
 )
 
@@ -33,7 +34,7 @@ HOSTNAME = socket.gethostname()
 
 
 @dataclass
-class Options(CommonOptions):
+class Options(CommonOptions, HTTPClientTimeouts):
     log_prefix: str = option("log-prefix", "[nsqd] ", STR, "log message prefix")
     node_id: int = option(
         "node-id",
@@ -89,12 +90,6 @@ class Options(CommonOptions):
         STR_LIST,
         "lookupd TCP address (may be given multiple times)",
         cfg="nsqlookupd_tcp_addresses",
-    )
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout", 2.0, DURATION, "timeout for HTTP connect"
-    )
-    http_client_request_timeout: float = option(
-        "http-client-request-timeout", 5.0, DURATION, "timeout for HTTP request"
     )
 
     data_path: str = option("data-path", "", STR, "path to store disk-backed messages")

@@ -12,16 +12,16 @@ inactivity and tombstone expiry.
 from __future__ import annotations
 
 import asyncio
-import logging
 import socket
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 from aiohttp import web
 
 from .. import version_line
 from ..internal import lg
+from ..internal.daemon import ServiceContext
+from ..internal.http_server import start_app
 from ..internal.net import (
     Admission,
     ListenError,
@@ -41,27 +41,7 @@ def version_string(app: str = "nsqlookupd") -> str:
     return version_line(app)
 
 
-class _ToDebugLog(logging.Handler):
-    """aiohttp's own reports (malformed requests, mostly) as one DEBUG line, no traceback: Go's
-    net/http answers those with a 400 and logs nothing."""
-
-    def __init__(self, logger: lg.Logger) -> None:
-        super().__init__()
-        self._logger = logger
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self._logger.debug(f"HTTP: {record.getMessage()}")
-
-
-def http_server_logger(logger: lg.Logger) -> logging.Logger:
-    # made directly, not through getLogger(), so that it is not kept in logging's registry
-    server_logger = logging.Logger("nsqpy.http_server")
-    server_logger.propagate = False
-    server_logger.addHandler(_ToDebugLog(logger))
-    return server_logger
-
-
-class NSQLookupd:
+class NSQLookupd(ServiceContext):
     """One nsqlookupd: a registration DB with its TCP (nsqd) and HTTP (clients) listeners."""
 
     def __init__(
@@ -108,16 +88,9 @@ class NSQLookupd:
         )
         self.logger.info(f"TCP: listening on {self._tcp_text}")
 
-        runner = web.AppRunner(
-            make_app(self),
-            access_log=None,
-            handle_signals=False,
-            shutdown_timeout=1.0,
-            logger=http_server_logger(self.logger),
+        self._http_runner = await start_app(
+            make_app(self), http_sock, self.logger, shutdown_timeout=1.0
         )
-        await runner.setup()
-        await web.SockSite(runner, http_sock).start()
-        self._http_runner = runner
         self.logger.info(f"HTTP: listening on {self._http_text}")
 
     def _new_peer(self) -> LookupProtocolV1 | RefusedConnection:
@@ -142,15 +115,3 @@ class NSQLookupd:
         admission, self._admission = self._admission, None
         if admission is not None:
             admission.close()
-
-    async def __aenter__(self) -> NSQLookupd:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()

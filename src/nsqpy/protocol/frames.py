@@ -12,12 +12,13 @@ FRAME_TYPE_MESSAGE = 2
 MAGIC_V2 = b"  V2"
 MAGIC_V1 = b"  V1"
 
-_FRAME_HEADER = struct.Struct(">ii")
+#: A frame's head: ``BE32(size) BE32(frame_type)``.
+FRAME_HEADER = struct.Struct(">ii")
 _BE32 = struct.Struct(">i")
 
 
 def encode_frame(frame_type: int, data: bytes) -> bytes:
-    return _FRAME_HEADER.pack(len(data) + 4, frame_type) + data
+    return FRAME_HEADER.pack(len(data) + 4, frame_type) + data
 
 
 def encode_response(data: bytes) -> bytes:
@@ -60,7 +61,7 @@ class FrameDecoder:
         frames: list[Frame] = []
         pos = 0
         end = len(buf)
-        unpack = _FRAME_HEADER.unpack_from
+        unpack = FRAME_HEADER.unpack_from
         while end - pos >= 8:
             size, frame_type = unpack(buf, pos)
             if size < 4 or size > self._max_size:

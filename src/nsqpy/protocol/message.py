@@ -1,6 +1,11 @@
 """The message encoding shared by the wire and the disk queue.
 
 ``BE64(timestamp_ns) BE16(attempts) 16-byte ASCII hex ID body``
+
+On the wire a message is a frame of type 2 around that encoding, so a message frame begins
+with ``BE32(size) BE32(2) BE64(timestamp_ns) BE16(attempts)``: :data:`MESSAGE_FRAME_HEADER`
+packs those in one call for nsqd's delivery loop, whose size word is
+:data:`MESSAGE_FRAME_OVERHEAD` plus the body's length.
 """
 
 from __future__ import annotations
@@ -9,9 +14,15 @@ import struct
 from typing import NamedTuple
 
 MSG_ID_LENGTH = 16
-MESSAGE_HEADER_LENGTH = 8 + 2 + MSG_ID_LENGTH  # 26, go-diskqueue's minMsgSize for nsqd
+ID_START = 8 + 2  # the ID follows the timestamp and the attempts
+MESSAGE_HEADER_LENGTH = ID_START + MSG_ID_LENGTH  # 26, go-diskqueue's minMsgSize for nsqd
 
-_HEADER = struct.Struct(">QH")
+#: ``BE64(timestamp_ns) BE16(attempts)``: the message header before the ID.
+MESSAGE_HEADER = struct.Struct(">QH")
+#: ``BE32(size) BE32(frame_type) BE64(timestamp_ns) BE16(attempts)``: a message frame's head.
+MESSAGE_FRAME_HEADER = struct.Struct(">iiQH")
+#: A message frame's size word less the body: the frame type word and the message header.
+MESSAGE_FRAME_OVERHEAD = 4 + MESSAGE_HEADER_LENGTH
 
 
 class DecodedMessage(NamedTuple):
@@ -26,11 +37,16 @@ class MessageDecodeError(ValueError):
 
 
 def encode_message(timestamp: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
-    return _HEADER.pack(timestamp, attempts) + msg_id + body
+    return MESSAGE_HEADER.pack(timestamp, attempts) + msg_id + body
 
 
 def decode_message(data: bytes) -> DecodedMessage:
     if len(data) < MESSAGE_HEADER_LENGTH:
         raise MessageDecodeError(f"not enough data to decode valid message ({len(data)} bytes)")
-    timestamp, attempts = _HEADER.unpack_from(data, 0)
-    return DecodedMessage(timestamp, attempts, bytes(data[10:26]), bytes(data[26:]))
+    timestamp, attempts = MESSAGE_HEADER.unpack_from(data, 0)
+    return DecodedMessage(
+        timestamp,
+        attempts,
+        bytes(data[ID_START:MESSAGE_HEADER_LENGTH]),
+        bytes(data[MESSAGE_HEADER_LENGTH:]),
+    )

@@ -6,18 +6,16 @@ rather than the asyncio client. Every call has a timeout; every address is the u
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..client.connection import join_address
 from ..client.lookup import lookup_url
+from ..internal.api_client import request_v1_sync
+from ..internal.net import join_host_port as join_address
 
 __all__ = [
     "ChannelStats",
@@ -31,8 +29,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("nsqpy.spark")
-
-_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
 
 
 class LookupdUnreachable(ConnectionError):
@@ -68,17 +64,7 @@ def _base(address: str) -> str:
     return (address if "://" in address else "http://" + address).rstrip("/")
 
 
-def _get_json(url: str, timeout: float) -> tuple[int, Any]:
-    request = urllib.request.Request(url, headers=_ACCEPT)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        body = exc.read()
-        try:
-            return exc.code, json.loads(body or b"null")
-        except ValueError:
-            return exc.code, None
+_get_json = request_v1_sync  # the same V1 request as the asyncio callers'
 
 
 def _nodes_from(payload: Any) -> list[NsqdNode]:
@@ -200,12 +186,11 @@ def channel_stats(http: str, topic: str, channel: str, timeout: float) -> Channe
 def create_channel(http: str, topic: str, channel: str, timeout: float) -> bool:
     """POST ``/channel/create`` on one nsqd; True if it now exists (the topic must exist)."""
     query = urllib.parse.urlencode({"topic": topic, "channel": channel})
-    request = urllib.request.Request(f"{_base(http)}/channel/create?{query}", method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return resp.status == 200
-    except urllib.error.HTTPError as exc:
-        log.warning("nsqd %s: cannot create channel %s/%s: HTTP %s", http, topic, channel, exc.code)
-    except OSError as exc:
+        status, _ = request_v1_sync(f"{_base(http)}/channel/create?{query}", timeout, "POST")
+        if status == 200:
+            return True
+        log.warning("nsqd %s: cannot create channel %s/%s: HTTP %s", http, topic, channel, status)
+    except (OSError, ValueError) as exc:
         log.warning("nsqd %s: cannot create channel %s/%s: %s", http, topic, channel, exc)
     return False

@@ -14,12 +14,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from ..internal.net import join_host_port
+
 _LISTENING = re.compile(r"INFO: (TCP|HTTP|HTTPS): listening on (\S+)")
-
-
-def _join(address: tuple[str, int]) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _split_host_port(text: str) -> tuple[str, int]:
@@ -209,12 +206,12 @@ class DaemonProcess:
     @property
     def tcp(self) -> str:
         """The TCP address as ``host:port`` text."""
-        return _join(self.tcp_address)
+        return join_host_port(*self.tcp_address)
 
     @property
     def http(self) -> str:
         """The HTTP address as ``host:port`` text."""
-        return _join(self.http_address)
+        return join_host_port(*self.http_address)
 
     @property
     def http_url(self) -> str:

@@ -8,9 +8,8 @@ import contextlib
 import re
 from collections.abc import Sequence
 
-import aiohttp
-
 from ...internal import lg
+from ...internal.api_client import ApiClient, RequestError, api_url
 from .. import common
 from .._go_config import ClientConfig
 from .file_logger import FileLogger
@@ -85,21 +84,18 @@ class TopicDiscoverer:
     async def lookupd_topics(self) -> list[str]:
         """The sorted union of every nsqlookupd's ``/topics`` (Go: GetLookupdTopics); the
         lookupd that fail are logged and the others' topics still used."""
-        timeout = aiohttp.ClientTimeout(
-            total=self.opts.http_client_request_timeout,
-            sock_connect=self.opts.http_client_connect_timeout,
+        client = ApiClient(
+            self.opts.http_client_connect_timeout, self.opts.http_client_request_timeout
         )
-        headers = {"Accept": "application/vnd.nsq; version=1.0"}
         found: set[str] = set()
-        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+        try:
             for address in self.opts.lookupd_http_address:
-                url = f"http://{address}/topics"
+                url = api_url(address, "topics")
                 try:
-                    async with session.get(url) as resp:
-                        if resp.status != 200:
-                            raise ValueError(f"got response {resp.status} {resp.reason}")
-                        body = await resp.json(content_type=None)
+                    body = await client.get_v1(url)
                     found.update(body["topics"] or ())
-                except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, TypeError) as e:
+                except (RequestError, KeyError, TypeError) as e:
                     self.logger.error(f"could not retrieve topic list: {url} - {e}")
+        finally:
+            await client.close()
         return sorted(found)

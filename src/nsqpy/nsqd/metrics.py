@@ -1,8 +1,9 @@
 """nsqd's Prometheus ``/metrics`` (nsqpy addition; docs/beyond-go.md).
 
-Built at scrape time from the same figures as ``/stats`` (``stats.get_stats``), so nothing is
-counted per message for it; only the TCP byte totals are its own (``NSQD.tcp_bytes``: one add
-per read or write call of a connection).
+Built at scrape time from the same figures as ``/stats`` (``stats.get_stats_sliced``), so
+nothing is counted per message for it; only the TCP byte totals are its own
+(``NSQD.tcp_bytes``: one add per read or write call of a connection). The figures are read and
+the text written (``internal.metrics.TextFamilies``) in slices between other loop work.
 
 Names and labels follow lovoo/nsq_exporter (``nsq_topic_*`` with ``type, topic, paused``;
 ``nsq_channel_*`` with ``type, topic, channel, paused``; ``nsq_client_*``), so dashboards built
@@ -17,12 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
 from ..internal.http_api import RouteHandler
-from ..internal.metrics import CONTENT_TYPE, Families, TextFamilies, bool_label, new_registry
+from ..internal.metrics import CONTENT_TYPE, Families, TextFamilies, bool_label
 from ..protocol.names import is_ephemeral
-from .stats import get_stats, get_stats_sliced, run_sliced
+from .stats import get_stats_sliced, run_sliced
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -73,10 +73,6 @@ _CLIENT_COUNTERS = (
 )
 
 
-def build_registry(nsqd: NSQD) -> CollectorRegistry:
-    return new_registry(lambda families: collect(nsqd, families))
-
-
 def metrics_route(nsqd: NSQD) -> RouteHandler:
     """``GET /metrics`` that never holds the loop long (issue 18): the figures are read and
     the text is written in slices of about ``stats.SNAPSHOT_SLICE`` between other work."""
@@ -90,13 +86,6 @@ def metrics_route(nsqd: NSQD) -> RouteHandler:
         return web.Response(body=out.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     return handle
-
-
-def collect(nsqd: NSQD, out: Families | TextFamilies) -> None:
-    topics, _ = get_stats(nsqd, "", "", include_clients=True)
-    process = process_figures(nsqd, len(topics or []))
-    for _ in fill_steps(process, topics or [], nsqd.options.metrics_exclude_ephemeral, out):
-        pass
 
 
 def fill_steps(

@@ -1,83 +1,215 @@
-"""Throughput of the Spark connector: NSQ -> Parquet through the source, DataFrame -> NSQ
-through the sink, on a local nsqlookupd and two nsqd.
+"""Throughput of the Spark connector beside what Spark itself does with the same rows.
 
     python bench/bench_spark.py --messages 1000000 --size 100 --master 'local[2]'
 
-1. Fills topic ``bench`` with ``--messages`` bodies of ``--size`` bytes, split over both nsqd
-   (channel ``spark`` created first, so every message waits for the query).
-2. Source: a streaming query reads the channel with Trigger.AvailableNow (``--per-trigger``
-   messages per micro-batch) into Parquet. Prints msgs/s over the whole query (first
-   micro-batch and Python worker start included) and over the micro-batches after the first.
-3. Sink: the archived bodies (cached) are written to topic ``bench_out`` with
-   ``df.write.format("nsq")``. Prints rows/s.
+One run prints, each with the load average (the machine is shared: say so with the figure):
+
+1. FLOOR: the same rows (the source's seven columns, ``--size`` byte bodies) pre-staged as
+   Parquet files of ``--per-partition`` rows, read by Spark's own file source
+   (``maxFilesPerTrigger`` = per-trigger / per-partition, so each micro-batch holds the same
+   rows) and written to the same Parquet sink with Trigger.AvailableNow on the same master.
+   PYTHON FLOOR: the same rows made in memory by a trivial Python streaming data source, the
+   cost of the Python Data Source API alone (no NSQ).
+2. OURS: topic ``bench`` on two nsqd, read with ``format("nsq")`` into Parquet: whole query
+   (first micro-batch and Python worker start included) and steady state (the micro-batches
+   after the first, from Spark's own ``durationMs.triggerExecution``); ratio to the floor.
+3. SINK: the archived bodies written back with ``df.write.format("nsq")`` beside one process
+   publishing the same rows with our Producer (MPUB, same batch size and window); ratio.
 
 Each step checks its count (Parquet rows, nsqd depth) so a fast wrong run cannot pass.
-The machine's load average is printed too: other work on the cores skews the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
-import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _spark_common import channel_depth, fill, load, make_topic, parquet_rows, rate
 from nsqpy.client import Producer
 from nsqpy.pipeline.local import LocalNSQ
 
-
-def post(http: str, path: str, **params: str) -> None:
-    url = f"http://{http}{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10):
-        pass
+# ---------------------------------------------------------------------- the same rows
 
 
-def channel_depth(nsq: LocalNSQ, topic: str, channel: str) -> int:
-    total = 0
-    for http in nsq.nsqd_http:
-        url = f"http://{http}/stats?format=json&include_clients=false&topic={topic}"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            for t in json.loads(resp.read()).get("topics") or ():
-                for c in t.get("channels") or ():
-                    if c["channel_name"] == channel:
-                        total += int(c["depth"])
-    return total
+def floor_table(first: int, count: int, size: int) -> Any:
+    """``count`` rows exactly as the source stages them (schema and body size)."""
+    import pyarrow as pa
+
+    from nsqpy.spark.staging import STAGED_SCHEMA
+
+    bodies = [b"%010d" % (first + i) + b"x" * (size - 10) for i in range(count)]
+    now_us = int(time.time() * 1e6)
+    columns = [
+        pa.array(bodies, pa.binary()),
+        pa.array([f"{first + i:016x}" for i in range(count)], pa.string()),
+        pa.array([1] * count, pa.int32()),
+        pa.array([now_us] * count, pa.timestamp("us", tz="UTC")),
+        pa.array(["127.0.0.1:4150"] * count, pa.string()),
+        pa.array(["bench"] * count, pa.string()),
+        pa.array(["spark"] * count, pa.string()),
+    ]
+    return pa.Table.from_arrays(columns, schema=STAGED_SCHEMA)
 
 
-async def fill(nsq: LocalNSQ, topic: str, count: int, size: int) -> float:
-    started = time.perf_counter()
-    per_nsqd = count // len(nsq.nsqd_tcp)
-    for address in nsq.nsqd_tcp:
-        async with Producer(address) as producer:
-            pending = []
-            for start in range(0, per_nsqd, 1000):
-                n = min(1000, per_nsqd - start)
-                bodies = [b"%010d" % (start + i) + b"x" * (size - 10) for i in range(n)]
-                pending.append(producer.multi_publish(topic, bodies))
-                if len(pending) >= 8:
-                    await asyncio.gather(*pending)
-                    pending = []
-            await asyncio.gather(*pending)
-    return time.perf_counter() - started
-
-
-def parquet_rows(path: Path) -> int:
+def stage_parquet(directory: Path, count: int, size: int, per_file: int) -> None:
     import pyarrow.parquet as pq
 
-    files = [f for f in path.rglob("*.parquet") if "_spark_metadata" not in f.parts]
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    directory.mkdir(parents=True)
+    for n, first in enumerate(range(0, count, per_file)):
+        table = floor_table(first, min(per_file, count - first), size)
+        pq.write_table(table, directory / f"part-{n:05d}.parquet")
 
 
-def rate(count: int, seconds: float, unit: str) -> str:
-    return f"{count / seconds:10,.0f} {unit}/s  ({count:,} in {seconds:.2f} s)"
+def python_floor_source(count: int, size: int, per_trigger: int, per_partition: int) -> type:
+    """A Python streaming source that makes the rows in memory: the Data Source API's cost."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    from nsqpy.spark.source import FULL_SCHEMA
+
+    class GenReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def initialOffset(self) -> dict[str, int]:
+            return {"n": 0}
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+            return {"n": min(count, start["n"] + per_trigger)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            spans = range(start["n"], end["n"], per_partition)
+            return [InputPartition((a, min(per_partition, end["n"] - a))) for a in spans]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            first, n = partition.value
+            yield from floor_table(first, n, size).to_batches()
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class GenSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "benchgen"
+
+        def schema(self) -> Any:
+            return FULL_SCHEMA
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return GenReader()
+
+    return GenSource
+
+
+def noop_writer_source() -> type:
+    """A Python sink that takes the Arrow batches and drops them: what Spark's side costs."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class NoopWriter(DataSourceArrowWriter):
+        def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class NoopSink(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "benchnoop"
+
+        def writer(self, schema: Any, overwrite: bool) -> NoopWriter:
+            return NoopWriter()
+
+    return NoopSink
+
+
+# ---------------------------------------------------------------------- streaming runs
+
+
+def run_to_parquet(df: Any, work: Path, name: str) -> tuple[float, list[Any], int]:
+    """Run ``df`` into Parquet with AvailableNow; (seconds, non-empty progress, rows out)."""
+    out = work / f"{name}-out"
+    started = time.perf_counter()
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(work / f"{name}-ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    if query.exception() is not None:
+        raise RuntimeError(f"{name}: query failed: {query.exception()}")
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    return elapsed, batches, parquet_rows(out)
+
+
+def steady_state(batches: list[Any]) -> tuple[int, float]:
+    """Rows and seconds of the micro-batches after the first (Spark's triggerExecution)."""
+    later = batches[1:]
+    rows = sum(p["numInputRows"] for p in later)
+    return rows, sum(p["durationMs"]["triggerExecution"] for p in later) / 1000
+
+
+def durations(batches: list[Any]) -> str:
+    """Where the steady micro-batches' time went, per Spark's durationMs (ms, averaged)."""
+    later = batches[1:] or batches
+    keys = ["latestOffset", "queryPlanning", "addBatch", "commitOffsets", "walCommit"]
+    parts = []
+    for key in keys:
+        values = [p["durationMs"].get(key, 0) for p in later]
+        parts.append(f"{key} {sum(values) / len(values):.0f}")
+    total = sum(p["durationMs"]["triggerExecution"] for p in later) / len(later)
+    return f"per batch: triggerExecution {total:.0f} ms = " + ", ".join(parts)
+
+
+def report_stream(label: str, elapsed: float, batches: list[Any], rows: int) -> float:
+    steady_rows, steady_s = steady_state(batches)
+    print(f"{label} ({len(batches)} micro-batches)  {load()}", flush=True)
+    print(f"  whole query          {rate(rows, elapsed, 'msgs')}", flush=True)
+    print(f"  after the 1st batch  {rate(steady_rows, steady_s, 'msgs')}", flush=True)
+    print(f"  {durations(batches)}", flush=True)
+    return steady_rows / steady_s if steady_s else 0.0
+
+
+@contextlib.contextmanager
+def profiled(directory: str | None, name: str) -> Iterator[None]:
+    """py-spy (``pip install py-spy``) over this process and its Python workers, if asked."""
+    if directory is None:
+        yield
+        return
+    out = Path(directory) / f"{name}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
+    command = [spy_bin, "record", "--subprocesses", "--idle", "-r", "100", "-f", "raw"]
+    spy = subprocess.Popen(
+        [*command, "-o", str(out), "-p", str(os.getpid())],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        spy.wait(30)
+
+
+# ---------------------------------------------------------------------- the benchmark
 
 
 def main() -> int:
@@ -87,9 +219,19 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--per-trigger", type=int, default=100_000, help="maxMessagesPerTrigger")
     parser.add_argument("--per-partition", type=int, default=10_000, help="messagesPerPartition")
+    parser.add_argument("--readers", type=int, default=1, help="readersPerNsqd")
     parser.add_argument("--sink-batch", type=int, default=500, help="batchSize (MPUB size)")
+    parser.add_argument("--profile", help="directory: py-spy the driver and Python workers")
+    parser.add_argument("--skip", default="", help="comma list of: floor,pyfloor,sink")
+    parser.add_argument(
+        "--conf", action="append", default=[], help="KEY=VALUE Spark setting (repeatable)"
+    )
+    parser.add_argument(
+        "--option", action="append", default=[], help="KEY=VALUE nsq source option (repeatable)"
+    )
     args = parser.parse_args()
-    size = max(10, args.size)
+    args.size = max(10, args.size)
+    args.skip = set(filter(None, args.skip.split(",")))
     count = args.messages - args.messages % 2
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -97,13 +239,13 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     nsq = LocalNSQ(work, extra_nsqd_flags=[f"--mem-queue-size={count}"]).start()
     try:
-        for http in nsq.nsqd_http:
-            post(http, "/topic/create", topic="bench")
-            post(http, "/channel/create", topic="bench", channel="spark")
-            post(http, "/topic/create", topic="bench_out")
-            post(http, "/channel/create", topic="bench_out", channel="check")
-        filled = asyncio.run(fill(nsq, "bench", count, size))
-        print(f"nsqd x2: filled {count:,} messages of {size} B in {filled:.2f} s", flush=True)
+        make_topic(nsq, "bench", "spark")
+        make_topic(nsq, "bench_out", "check")
+        make_topic(nsq, "bench_prod", "check")
+        filled = asyncio.run(fill(nsq, "bench", count, args.size))
+        print(f"nsqd x2: filled {count:,} messages of {args.size} B in {filled:.2f} s", flush=True)
+        if "floor" not in args.skip:
+            stage_parquet(work / "floor-in", count, args.size, args.per_partition)
         return run_spark(args, nsq, work, count)
     finally:
         nsq.stop()
@@ -112,11 +254,33 @@ def main() -> int:
 
 def run_spark(args: argparse.Namespace, nsq: LocalNSQ, work: Path, count: int) -> int:
     from nsqpy.pipeline.session import pipeline_session
+    from nsqpy.spark.source import FULL_SCHEMA
 
-    spark = pipeline_session(args.master, "bench_spark", log_level="ERROR")
+    conf = dict(item.split("=", 1) for item in args.conf)
+    spark = pipeline_session(args.master, "bench_spark", conf, log_level="ERROR")
     try:
         spark.range(1000).selectExpr("sum(id)").collect()  # JVM warm-up, outside the timing
-        out = work / "parquet"
+        if "floor" not in args.skip:
+            # the Parquet reader and writer's code compiled before any timed query, so the
+            # first timed query is not also the JIT's warm-up
+            warm = spark.read.schema(FULL_SCHEMA).parquet(str(work / "floor-in"))
+            warm.write.parquet(str(work / "warm-up"))
+        print(f"master {args.master}, {args.per_trigger:,} rows per micro-batch", flush=True)
+        floor = pyfloor = 0.0
+        if "floor" not in args.skip:
+            files = max(1, args.per_trigger // args.per_partition)
+            reader = spark.readStream.schema(FULL_SCHEMA).option("maxFilesPerTrigger", files)
+            result = run_to_parquet(reader.parquet(str(work / "floor-in")), work, "floor")
+            floor = report_stream("FLOOR: Spark's Parquet file source -> Parquet", *result)
+        if "pyfloor" not in args.skip:
+            spark.dataSource.register(
+                python_floor_source(count, args.size, args.per_trigger, args.per_partition)
+            )
+            result = run_to_parquet(spark.readStream.format("benchgen").load(), work, "pyfloor")
+            pyfloor = report_stream(
+                "PYTHON FLOOR: in-memory Python data source -> Parquet", *result
+            )
+
         options = {
             "lookupd": nsq.lookupd_http,
             "topic": "bench",
@@ -124,52 +288,82 @@ def run_spark(args: argparse.Namespace, nsq: LocalNSQ, work: Path, count: int) -
             "stagingLocation": str(work / "staging"),
             "maxMessagesPerTrigger": str(args.per_trigger),
             "messagesPerPartition": str(args.per_partition),
+            "readersPerNsqd": str(args.readers),
+            **dict(item.split("=", 1) for item in args.option),
         }
         df = spark.readStream.format("nsq").options(**options).load()
-        started = time.perf_counter()
-        query = (
-            df.writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(work / "ckpt"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        elapsed = time.perf_counter() - started
-        if query.exception() is not None:
-            print(f"query failed: {query.exception()}", file=sys.stderr)
-            return 1
-        archived = parquet_rows(out)
-        batches: list[Any] = [p for p in query.recentProgress if p["numInputRows"] > 0]
-        later = batches[1:]
-        steady_rows = sum(p["numInputRows"] for p in later)
-        steady_ms = sum(p["durationMs"]["triggerExecution"] for p in later)
-        print(f"source -> Parquet ({args.master}, {len(batches)} micro-batches):", flush=True)
-        print(f"  whole query          {rate(archived, elapsed, 'msgs')}", flush=True)
-        if steady_ms:
-            print(f"  after the 1st batch  {rate(steady_rows, steady_ms / 1000, 'msgs')}")
+        with profiled(args.profile, "source"):
+            elapsed, batches, archived = run_to_parquet(df, work, "ours")
+        ours = report_stream("OURS: format('nsq') -> Parquet", elapsed, batches, archived)
+        for name, value in (("floor", floor), ("python floor", pyfloor)):
+            if value:
+                print(f"  steady state / {name}: {ours / value:.2f}x", flush=True)
         if archived != count:
             print(f"ERROR: {archived} rows archived, {count} published", file=sys.stderr)
             return 1
-
-        bodies = spark.read.parquet(str(out)).select("body").cache()
-        assert bodies.count() == count
-        started = time.perf_counter()
-        bodies.write.format("nsq").option("lookupd", nsq.lookupd_http).option(
-            "topic", "bench_out"
-        ).option("batchSize", str(args.sink_batch)).mode("append").save()
-        elapsed = time.perf_counter() - started
-        published = channel_depth(nsq, "bench_out", "check")
-        print(f"DataFrame -> sink ({args.master}, {bodies.rdd.getNumPartitions()} partitions):")
-        print(f"  df.write.format('nsq')  {rate(published, elapsed, 'rows')}")
-        if published != count:
-            print(f"ERROR: {published} messages arrived, {count} rows written", file=sys.stderr)
-            return 1
-        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"load average during the run: {load} ({os.cpu_count()} cores)")
+        if "sink" not in args.skip:
+            return run_sink(spark, args, nsq, work / "ours-out", count)
         return 0
     finally:
         spark.stop()
+
+
+def run_sink(spark: Any, args: argparse.Namespace, nsq: LocalNSQ, out: Path, count: int) -> int:
+    import pyarrow.dataset as ds
+
+    cores = spark.sparkContext.defaultParallelism
+    bodies = spark.read.parquet(str(out)).select("body").repartition(cores).cache()
+    assert bodies.count() == count
+    # the write path's Python workers and imports ready before the timing, as the Producer's are
+    warm = bodies.limit(1000).write.format("nsq").option("lookupd", nsq.lookupd_http)
+    warm.option("topic", "bench_warm").mode("append").save()
+    started = time.perf_counter()
+    writer = bodies.write.format("nsq").option("lookupd", nsq.lookupd_http)
+    writer = writer.option("topic", "bench_out").option("batchSize", str(args.sink_batch))
+    with profiled(args.profile, "sink"):
+        writer.mode("append").save()
+    sink_s = time.perf_counter() - started
+    published = channel_depth(nsq, "bench_out", "check")
+    print(f"SINK: df.write.format('nsq') ({cores} partitions)  {load()}", flush=True)
+    print(f"  sink                 {rate(published, sink_s, 'rows')}", flush=True)
+
+    spark.dataSource.register(noop_writer_source())
+    started = time.perf_counter()
+    bodies.write.format("benchnoop").mode("append").save()
+    noop_s = time.perf_counter() - started
+    print(f"  Spark's Python writer, discarding rows  {rate(count, noop_s, 'rows')}", flush=True)
+
+    rows = ds.dataset(str(out), format="parquet").to_table(columns=["body"])["body"].to_pylist()
+    producer_s = asyncio.run(publish_with_producer(nsq.nsqd_tcp, rows, args.sink_batch))
+    produced = channel_depth(nsq, "bench_prod", "check")
+    print(f"  Producer, 1 process  {rate(produced, producer_s, 'rows')}  {load()}", flush=True)
+    print(f"  sink / Producer: {producer_s / sink_s:.2f}x", flush=True)
+    print(f"  Python writer (no NSQ) / Producer: {producer_s / noop_s:.2f}x", flush=True)
+    if published != count or produced != count:
+        print(f"ERROR: {published} and {produced} arrived, {count} written", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def publish_with_producer(nsqd: list[str], rows: list[bytes], batch: int) -> float:
+    """What one process does with our Producer: MPUB of ``batch`` rows, 16 outstanding (as
+    the sink's default ``inFlightBatches``)."""
+    started = time.perf_counter()
+    async with Producer(nsqd) as producer:
+        window = asyncio.Semaphore(16)
+
+        async def send(bodies: list[bytes]) -> None:
+            try:
+                await producer.multi_publish("bench_prod", bodies)
+            finally:
+                window.release()
+
+        tasks = []
+        for i in range(0, len(rows), batch):
+            await window.acquire()
+            tasks.append(asyncio.create_task(send(rows[i : i + batch])))
+        await asyncio.gather(*tasks)
+    return time.perf_counter() - started
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nsqpy.testing import DaemonProcess
 
 from ..raw_v2 import NsqConn, channel_stats, decode_message, http_ok, http_request, q, unique
@@ -69,10 +71,15 @@ def test_channel_peek_memory_then_disk_changes_nothing(
     consumer.close()
 
 
+@pytest.mark.parametrize("sync_every", ["2500", "1"])  # 1: held reads (issue 22)
 def test_peek_after_partial_consumption_and_topic_peek(
-    daemons: list[DaemonProcess], tmp_path: Path
+    daemons: list[DaemonProcess], tmp_path: Path, sync_every: str
 ) -> None:
-    nsqd = launch(daemons, tmp_path, "--enable-inspect", "--mem-queue-size=0")
+    """In-flight and deferred messages are not listed as queued, also when (--sync-every=1)
+    their records stay in the channel's disk queue until they are finished."""
+    nsqd = launch(
+        daemons, tmp_path, "--enable-inspect", "--mem-queue-size=0", f"--sync-every={sync_every}"
+    )
     topic = unique("peek2")
     NsqConn(nsqd.tcp_address).mpub(topic, [b"t%d" % i for i in range(5)])
     topic_view = peek(nsqd, "/topic/peek", topic=topic, n="10")
@@ -86,15 +93,21 @@ def test_peek_after_partial_consumption_and_topic_peek(
     rest = peek(nsqd, "/channel/peek", topic=topic, channel="c", n="10")
     assert [base64.b64decode(m["body"]) for m in rest] == [b"t2", b"t3", b"t4"]
     consumer.req(held[1].id, 60_000)
+    NsqConn(nsqd.tcp_address).dpub(topic, 90_000, b"later")  # behind t2-t4 on disk
     inflight = peek(nsqd, "/channel/inflight", topic=topic, channel="c")
     assert [m["id"] for m in inflight] == [held[0].id.decode()]
     assert inflight[0]["attempts"] == 1 and inflight[0]["deadline"] > held[0].timestamp
     deferred = peek(nsqd, "/channel/deferred", topic=topic, channel="c")
-    assert [m["id"] for m in deferred] == [held[1].id.decode()] and deferred[0]["due"] > 0
+    assert deferred[0]["id"] == held[1].id.decode() and deferred[0]["due"] > 0
+    assert [base64.b64decode(m["body"]) for m in deferred][1:] == [b"later"]
+    rest = peek(nsqd, "/channel/peek", topic=topic, channel="c", n="10")
+    assert [base64.b64decode(m["body"]) for m in rest] == [b"t2", b"t3", b"t4"]
+    assert (channel_stats(nsqd, topic, "c") or {}).get("depth") == 3
 
     consumer.fin(held[0].id)
     consumer.rdy(10)
     assert [consumer.expect_message().body for _ in range(3)] == [b"t2", b"t3", b"t4"]
+    consumer.expect_nothing(0.3)
     consumer.close()
 
 

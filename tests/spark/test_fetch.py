@@ -298,3 +298,41 @@ def test_tls_and_auth_settings_reach_identify(
     plain = options(secure_nsqd, topic, tmp_path / "st", **{"nsq.auth_secret": "letmein"})
     with pytest.raises(Exception, match=r"E_INVALID|E_UNAUTHORIZED|TLS"):  # --tls-required
         fetch_task(ReadTask("t3-a-r0", 3, topic, tcp(secure_nsqd), 3), plain, staging)
+
+
+def test_deliveries_after_the_task_stopped_taking_go_back_at_once(
+    cluster: NSQCluster, tmp_path: Path
+) -> None:
+    # a loaded task can still be reading what nsqd sent before RDY 0 when it closes; those
+    # messages must be requeued as they arrive, not left in flight until msg_timeout (nsqd
+    # does not requeue a closed client's messages earlier), where a planner cannot see them
+    import asyncio
+
+    from nsqpy.client.connection import Connection
+    from nsqpy.protocol import commands
+    from nsqpy.spark.fetch import _Collector, _source_connection_options
+
+    nsqd = cluster.nsqds[0]
+    topic = unique("late")
+    prepared(nsqd, topic, 10)
+    opts = options(nsqd, topic, tmp_path)
+
+    async def read_after_stopping() -> int:
+        collector = _Collector()
+        conn = Connection(tcp(nsqd), _source_connection_options(opts), collector)
+        await conn.connect()
+        assert await conn.handshake_command(commands.sub(topic, CHANNEL)) == b"OK"
+        collector.frozen = True  # the task stopped taking before anything arrived
+        conn.start_streaming()
+        conn.send_rdy(10)
+        deadline = time.monotonic() + 10
+        while collector.late_count < 10 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        conn.send_rdy(0)  # as the task did before it stopped: no more redeliveries to us
+        await asyncio.sleep(0.5)  # what was still on the wire arrives and is requeued
+        stats = channel(nsqd, topic, CHANNEL)  # while the connection is still open
+        conn.close()
+        assert stats["in_flight_count"] == 0 and stats["depth"] == 10, stats
+        return collector.late_count
+
+    assert asyncio.run(read_after_stopping()) >= 10

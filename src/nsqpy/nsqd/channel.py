@@ -4,11 +4,22 @@ Go runs one goroutine pump per consumer competing for the channel's queue. Here 
 hands a message straight to a ready consumer when it arrives, and pulls from its queue for a
 consumer when that consumer becomes ready (RDY raised, a message finished, unpause). No
 per-message timers: deadlines sit in heaps scanned by the nsqd queue-scan loop.
+
+Issue 22, with ``--mem-queue-size=0 --sync-every=1`` (``hold_messages``): a message is in the
+channel's disk queue before any consumer gets it, and its record stays *held* there until the
+message is finished, requeued as a newer record or dead-lettered (read_holds.py): the queue's
+metadata records the start of the oldest held record, so after a SIGKILL every in-flight and
+deferred message is read again (at least once; its attempts as on disk, which a redelivery
+raises to what the consumer saw). A message handed straight to a ready consumer is appended and
+held at once (``put_held``). A DPUB or restored deferral whose record lands behind waiting
+records is *early*: when the cursor reaches that record it becomes the deferred message's hold
+instead of a delivery; if the deferral ends first, that record is delivered when reached.
 """
 
 from __future__ import annotations
 
 import heapq
+import os
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -19,8 +30,15 @@ from .message import Message, message_from_bytes
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
+    from .diskqueue import DiskQueue
     from .nsqd import NSQD
+    from .read_holds import Hold
     from .topic import Topic
+
+
+#: held mode: once the committed position keeps more records than this, a deferred message at
+#: its head is stored again at the tail (``_relocate_deferred``); the tests lower it
+RELOCATE_AFTER = int(os.environ.get("NSQPY_HELD_RELOCATE_AFTER", "100000"))
 
 
 class ChannelError(Exception):
@@ -31,6 +49,7 @@ class Channel:
     __slots__ = (
         "_client_list",
         "_deferred_pq",
+        "_early",
         "_in_flight_capped",
         "_in_flight_groups",
         "_rr",
@@ -42,6 +61,7 @@ class Channel:
         "e2e",
         "ephemeral",
         "exiting",
+        "held_queue",
         "in_flight",
         "max_attempts",
         "mem_capacity",
@@ -84,6 +104,14 @@ class Channel:
         self.max_attempts = 0
         self.dead_letter_suffix = ""
         self.dead_letter_count = 0
+        # issue 22 (module docstring): the disk queue holding every unfinished message, or None
+        self.held_queue: DiskQueue | None = None
+        self._early: dict[bytes, Message] = {}
+
+    def hold_messages(self, queue: DiskQueue) -> None:
+        """Keep every message in ``queue`` (this channel's backend) until it is finished."""
+        queue.hold_reads()
+        self.held_queue = queue
 
     # ------------------------------------------------------------------ consumers
 
@@ -147,6 +175,8 @@ class Channel:
             return [m.copy() if m.shared else m for m in msgs]
         msgs = [m.copy() if m.shared else m for m in memory_queue]
         memory_queue.clear()
+        if self.held_queue is not None:
+            return self._take_held(self.held_queue, msgs, count)
         backend = self.backend
         while len(msgs) < count:
             data = backend.get()
@@ -160,6 +190,43 @@ class Channel:
                 continue
             msgs.append(decoded)
         return msgs
+
+    def _take_held(self, queue: DiskQueue, msgs: list[Message], count: int) -> list[Message]:
+        """:meth:`_take` from a held queue: each message keeps its record's hold."""
+        early = self._early
+        while len(msgs) < count:
+            got = queue.get_held()
+            if got is None:
+                break
+            data, hold = got
+            msg = self._decode(data)
+            if msg is None:
+                queue.release(hold)
+                continue
+            if self.skip_ids and msg.id in self.skip_ids:
+                self.skip_ids.discard(msg.id)
+                queue.release(hold)
+                continue
+            if early:
+                deferred = early.pop(msg.id, None)
+                if deferred is not None and self.deferred.get(msg.id) is deferred:
+                    deferred.hold = hold  # still deferred: this record is now its hold
+                    continue
+            msg.hold = hold
+            msgs.append(msg)
+        return msgs
+
+    def early_ids(self) -> set[bytes]:
+        """IDs of deferred messages whose record waits in the queue (module docstring)."""
+        return set(self._early)
+
+    def _release(self, msg: Message) -> None:
+        """``msg`` is finished or stored elsewhere: its record need not be kept."""
+        hold = msg.hold
+        if hold is not None:
+            msg.hold = None
+            if self.held_queue is not None:
+                self.held_queue.release(hold)
 
     def _pump_sampled(self, client: ClientV2) -> None:
         """One message at a time: a sampled-out message does not take a slot of RDY."""
@@ -213,18 +280,52 @@ class Channel:
 
     def put_message_deferred(self, msg: Message, delay: float) -> None:
         self.message_count += 1
+        if self.held_queue is not None:
+            self._store_deferred(self.held_queue, msg)
         self.start_deferred_timeout(msg, delay)
+
+    def _store_deferred(self, queue: DiskQueue, msg: Message) -> None:
+        """Held mode: a DPUB's message is on disk for the whole of its deferral."""
+        hold = self.nsqd.write_held(queue, msg, f"CHANNEL({self.name})")
+        if hold is None:
+            self._early[msg.id] = msg
+        else:
+            msg.hold = hold
 
     def requeue(self, msg: Message) -> None:
         """Put back a message nsqd already accepted (REQ, timeout, deferral due): if the disk
         refuses it, keep it in memory beyond --mem-queue-size rather than lose it."""
+        if self.held_queue is not None:
+            self._requeue_held(msg)
+            return
         try:
             self.put(msg)
         except BackendWriteError:
             self.memory_queue.append(msg)
 
+    def _requeue_held(self, msg: Message) -> None:
+        """Store ``msg`` again (as a newer record, with its attempts), then let the old go."""
+        if self._early.get(msg.id) is msg:
+            # its record still waits in the queue and is delivered when reached
+            del self._early[msg.id]
+            self.pump_all()
+            return
+        old = msg.hold
+        msg.hold = None
+        try:
+            self.put(msg)
+        except BackendWriteError:
+            msg.hold = old  # the disk still has its earlier record
+            self.memory_queue.append(msg)
+            return
+        if old is not None and self.held_queue is not None:
+            self.held_queue.release(old)
+
     def put(self, msg: Message) -> None:
         """Hand ``msg`` to a ready consumer, else queue it in memory, else in the backend."""
+        if self.held_queue is not None:
+            self._put_held(self.held_queue, msg)
+            return
         client = self._ready_client()
         if client is not None:
             if self.memory_queue:  # keep FIFO order with what is already queued
@@ -238,6 +339,22 @@ class Channel:
             self.memory_queue.append(msg)
             return
         self.nsqd.write_to_backend(self.backend, msg, f"CHANNEL({self.name})", self.memory_queue)
+
+    def _put_held(self, queue: DiskQueue, msg: Message) -> None:
+        """Held mode: on disk first; held at once when it goes straight to a ready consumer."""
+        msg = msg.private()  # the topic may share it with its other channels
+        context = f"CHANNEL({self.name})"
+        client = self._ready_client()
+        if client is None:
+            self.nsqd.write_to_backend(queue, msg, context, self.memory_queue)
+            return
+        hold = self.nsqd.write_held(queue, msg, context)
+        if hold is None:  # others wait before it on disk
+            self.pump(client)
+            return
+        msg.hold = hold
+        client.send_message(self, msg)
+        client.after_deliveries()
 
     # ------------------------------------------------------------------ in flight
     #
@@ -279,19 +396,28 @@ class Channel:
         in_flight = self.in_flight
         e2e = self.e2e
         now_ns = self.nsqd.wall_ns() if e2e is not None else 0
+        held = self.held_queue
+        released: list[Hold] = []  # held mode: given back in one call
+        finished = len(ids)
         for index, msg_id in enumerate(ids):
             msg = in_flight.get(msg_id)
             if msg is None or msg.client is not client:
-                return index
+                finished = index
+                break
             del in_flight[msg_id]
             group = msg.group
             if group is not None:
                 del group[msg_id]
                 msg.group = None
             msg.client = None
+            if held is not None and msg.hold is not None:
+                released.append(msg.hold)
+                msg.hold = None
             if e2e is not None:
                 e2e.insert(now_ns - msg.timestamp)
-        return len(ids)
+        if released and held is not None:
+            held.release_many(released)
+        return finished
 
     def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
         msg = self.in_flight.get(msg_id)
@@ -309,6 +435,7 @@ class Channel:
     def finish_message(self, client: ClientV2, msg_id: bytes) -> None:
         msg = self._pop_in_flight(client, msg_id)
         msg.client = None
+        self._release(msg)
         if self.e2e is not None:
             self.e2e.insert(self.nsqd.wall_ns() - msg.timestamp)
 
@@ -371,7 +498,10 @@ class Channel:
     def _dead_letter(self, msg: Message) -> bool:
         """nsqpy --max-attempts: move ``msg`` to the dead-letter topic (True) or, if that
         fails, leave it to be requeued (False)."""
-        return self.nsqd.dead_letters.divert(self, msg)
+        if not self.nsqd.dead_letters.divert(self, msg):
+            return False
+        self._release(msg)
+        return True
 
     # ------------------------------------------------------------------ deferred
 
@@ -391,13 +521,37 @@ class Channel:
                 continue
             dirty = True
             self.requeue(msg)
+        queue = self.held_queue
+        if queue is not None and queue.held()[0] > RELOCATE_AFTER:
+            self._relocate_deferred(queue)
         return dirty
+
+    def _relocate_deferred(self, queue: DiskQueue) -> None:
+        """A message deferred for long at the head of the held records keeps every later
+        record (and its files, and their bookkeeping) for its whole deferral: store it again
+        at the tail, early (module docstring), so the committed position moves on. In-flight
+        heads are left alone: their timeout bounds them."""
+        owners = {m.hold: m for m in self.deferred.values() if m.hold is not None}
+        count, head = queue.held()
+        while count > RELOCATE_AFTER:
+            msg = owners.pop(head, None)
+            if msg is None:
+                return
+            try:
+                self.nsqd.write_to_backend(queue, msg, f"CHANNEL({self.name})", self.memory_queue)
+            except BackendWriteError:
+                return
+            self._early[msg.id] = msg
+            msg.hold = None
+            queue.release(head)
+            count, head = queue.held()
 
     # ------------------------------------------------------------------ state
 
     def depth(self) -> int:
-        # restored deferred messages still have a disk copy that will be skipped
-        return len(self.memory_queue) + self.backend.depth() - len(self.skip_ids)
+        # restored deferred messages still have a disk copy that will be skipped; an early
+        # deferred message's record is counted as deferred
+        return len(self.memory_queue) + self.backend.depth() - len(self.skip_ids) - len(self._early)
 
     def pause(self) -> None:
         self.paused = True
@@ -413,6 +567,7 @@ class Channel:
         self._in_flight_capped = []
         self.deferred.clear()
         self._deferred_pq = []
+        self._early.clear()
         for client in self._client_list:
             client.empty_in_flight()
         self.memory_queue.clear()
@@ -433,16 +588,24 @@ class Channel:
         """Clean shutdown: keep queued, in-flight and deferred messages in the backend."""
         self.exiting = True
         self.close_clients()
-        self.nsqd.flush_channel_to_backend(self)
+        stored = self.nsqd.flush_channel_to_backend(self)
+        if stored and self.held_queue is not None:
+            self.held_queue.release_all()  # every held message was just stored again
         self.nsqd.close_backend(self.backend, f"CHANNEL({self.name})")
 
     def restore_deferred(self, msg: Message, remaining: float) -> None:
+        if self.held_queue is not None:
+            # held mode: its record from the shutdown becomes its hold when read (not skipped)
+            self.skip_ids.discard(msg.id)
+            self._early[msg.id] = msg
         self.start_deferred_timeout(msg, remaining)
 
     def messages_to_persist(self) -> list[Message]:
-        """Memory, in-flight and deferred messages, in Go's shutdown order (§6.3)."""
+        """Memory, in-flight and deferred messages, in Go's shutdown order (§6.3); an early
+        deferred message's record is already waiting in the queue."""
         msgs = list(self.memory_queue)
         msgs.extend(self.in_flight.values())
-        msgs.extend(self.deferred.values())
+        early = self._early
+        msgs.extend(m for m in self.deferred.values() if early.get(m.id) is not m)
         self.memory_queue.clear()
         return msgs

@@ -1,20 +1,18 @@
 """Inspection without consuming (nsqpy addition, ``--enable-inspect``; docs/beyond-go.md).
 
 Reads what a topic or channel holds without touching it: the memory queue is copied, the disk
-queue's files are opened and read on their own from the queue's read position (the queue's
-read position, buffers and depth are never moved), and in-flight and deferred messages are
+queue is read with ``DiskQueue.peek`` (its files opened on their own from the read cursor; the
+queue's positions, buffers and depth are never moved), and in-flight and deferred messages are
 listed from the channel's dicts. Nothing here changes delivery order, attempts or depth.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.message import MESSAGE_HEADER_LENGTH
 from .diskqueue import DiskQueue
 from .message import Message, message_from_bytes
 
@@ -25,43 +23,6 @@ if TYPE_CHECKING:
     from .topic import Topic
 
 _LENGTH = struct.Struct(">i")
-_READ_CHUNK = 1 << 16
-
-
-def disk_records(queue: Backend, limit: int) -> Iterator[bytes]:
-    """Up to ``limit`` records from the read position on, read from the files directly."""
-    if not isinstance(queue, DiskQueue) or limit <= 0 or queue.depth() <= 0:
-        return
-    pos = queue.positions()
-    file_num, offset = pos.read_file_num, pos.read_pos
-    produced = 0
-    while produced < limit and file_num <= pos.write_file_num:
-        end = pos.write_pos if file_num == pos.write_file_num else None
-        try:
-            with open(queue.file_name(file_num), "rb") as handle:
-                for record in _file_records(handle.fileno(), offset, end):
-                    yield record
-                    produced += 1
-                    if produced >= limit:
-                        return
-        except FileNotFoundError:
-            pass  # consumed and removed meanwhile: go on with the next file
-        file_num += 1
-        offset = 0
-
-
-def _file_records(fd: int, offset: int, end: int | None) -> Iterator[bytes]:
-    if end is None:
-        end = os.fstat(fd).st_size
-    while offset + 4 <= end:
-        header = os.pread(fd, 4, offset)
-        if len(header) < 4:
-            return
-        (size,) = _LENGTH.unpack(header)
-        if size < MESSAGE_HEADER_LENGTH or offset + 4 + size > end:
-            return  # corrupt or incomplete: the queue's reader will report it
-        yield os.pread(fd, size, offset + 4)
-        offset += 4 + size
 
 
 def queued(
@@ -74,8 +35,10 @@ def queued(
             return out
         out.append(msg)
     skip = set(skip_ids)
+    if not isinstance(backend, DiskQueue):
+        return out
     # read a few extra records: restored deferred messages still have disk copies to skip
-    for data in disk_records(backend, limit - len(out) + len(skip)):
+    for data in backend.peek(limit - len(out) + len(skip)):
         if len(out) >= limit:
             break
         try:
@@ -90,7 +53,9 @@ def queued(
 
 
 def peek_channel(channel: Channel, limit: int) -> list[Message]:
-    return queued(channel.memory_queue, channel.backend, channel.skip_ids, limit)
+    # a deferred message's record waiting in the queue (channel.py, issue 22) is not queued
+    skip = channel.skip_ids | channel.early_ids()
+    return queued(channel.memory_queue, channel.backend, skip, limit)
 
 
 def peek_topic(topic: Topic, limit: int) -> list[Message]:

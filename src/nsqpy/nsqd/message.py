@@ -16,6 +16,7 @@ from ..protocol.message import (
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
+    from .read_holds import Hold
 
 _new_message = object.__new__
 
@@ -36,6 +37,7 @@ class Message:
         "deferred",
         "delivery_ts",
         "group",
+        "hold",
         "id",
         "pri",
         "shared",
@@ -52,6 +54,8 @@ class Message:
         self.delivery_ts = 0.0  # monotonic seconds
         self.pri = 0.0  # in-flight deadline or deferred due time, monotonic seconds
         self.group: dict[bytes, Message] | None = None  # the in-flight group holding it
+        # its record in the channel's disk queue, kept until it is finished (read_holds.py)
+        self.hold: Hold | None = None
         self.shared = False  # queued in several channels at once: never mutate, copy first
 
     def copy(self) -> Message:
@@ -98,5 +102,6 @@ def _build(msg_id: bytes, body: bytes, timestamp: int, attempts: int) -> Message
     msg.delivery_ts = 0.0
     msg.pri = 0.0
     msg.group = None
+    msg.hold = None
     msg.shared = False
     return msg

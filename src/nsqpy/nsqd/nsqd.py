@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
     from ..protocol.errors import ProtocolError
     from .message import Message
+    from .read_holds import Hold
 
 
 _RECORD_SIZE = struct.Struct(">I")
@@ -409,6 +410,9 @@ class NSQD:
     def new_channel(self, topic: Topic, name: str) -> Channel:
         backend = self.new_backend(f"{topic.name}:{name}", ephemeral=name.endswith("#ephemeral"))
         channel = Channel(topic, name, self, backend)
+        opts = self.options
+        if isinstance(backend, DiskQueue) and opts.mem_queue_size == 0 and opts.sync_every == 1:
+            channel.hold_messages(backend)  # issue 22: nothing acknowledged lost to a SIGKILL
         self.dead_letters.apply(channel)
         self.queue_limits.apply(channel)
         self.logger.info(f"TOPIC({topic.name}): new channel({name})")
@@ -653,6 +657,27 @@ class NSQD:
             pending = batch[backend] = (owner, [])
         pending[1].extend(msgs)
 
+    def write_held(self, queue: DiskQueue, msg: Message, context: str) -> Hold | None:
+        """A held channel's write (channel.py, issue 22), never batched, as the caller may
+        deliver or pump at once: handed out and held when nothing waits before it (the Hold),
+        otherwise stored as waiting (None). BackendWriteError as :meth:`write_to_backend`."""
+        try:
+            data = msg.encode()
+            hold = queue.put_held(data)
+            if hold is None:
+                queue.put(data)
+        except (DiskQueueError, OSError) as exc:
+            self.set_health(str(exc))
+            self.fault_log.failed(
+                queue.name, f"{context} ERROR: failed to write message to backend - {exc}"
+            )
+            raise BackendWriteError(str(exc)) from None
+        if self.health_error is not None or self.fault_log.active:
+            self._backend_writable(queue)
+        if queue not in self._syncing and queue.sync_due():
+            self._start_sync(queue)
+        return hold
+
     @contextlib.contextmanager
     def batched_writes(self, lenient: bool = False) -> Iterator[None]:
         """Collect the disk writes of one MPUB (or drain turn) and write each queue's share
@@ -779,18 +804,21 @@ class NSQD:
     def health(self) -> str:
         return "OK" if self.health_error is None else f"NOK - {self.health_error}"
 
-    def flush_channel_to_backend(self, channel: Channel) -> None:
-        """Shutdown: memory, in-flight, then deferred messages to disk, in Go's order."""
+    def flush_channel_to_backend(self, channel: Channel) -> bool:
+        """Shutdown: memory, in-flight, then deferred messages to disk, in Go's order; False
+        if the disk refused them."""
         now = self.now()
         deferred = [(m, max(0.0, m.pri - now)) for m in channel.deferred.values()]
         msgs = channel.messages_to_persist()
+        stored = True
         if msgs and not channel.ephemeral:
             count = len(msgs)
             self.logger.info(
                 f"CHANNEL({channel.name}): flushing {count} memory messages to backend"
             )
-            self._put_many_logged(channel.backend, msgs, f"CHANNEL({channel.name})")
+            stored = self._put_many_logged(channel.backend, msgs, f"CHANNEL({channel.name})")
         self._remember_deferred(channel.backend, deferred)
+        return stored
 
     def flush_topic_to_backend(self, topic: Topic) -> None:
         msgs = list(topic.memory_queue)
@@ -801,11 +829,13 @@ class NSQD:
             self._put_many_logged(topic.backend, msgs, f"TOPIC({topic.name})")
         self._remember_deferred(topic.backend, [(m, m.deferred) for m in msgs if m.deferred])
 
-    def _put_many_logged(self, backend: Backend, msgs: list[Message], context: str) -> None:
+    def _put_many_logged(self, backend: Backend, msgs: list[Message], context: str) -> bool:
         try:
             backend.put_many([m.encode() for m in msgs])
         except (DiskQueueError, OSError) as exc:
             self.logger.error(f"{context} ERROR: failed to write messages to backend - {exc}")
+            return False
+        return True
 
     def close_backend(self, backend: Backend, context: str) -> None:
         try:

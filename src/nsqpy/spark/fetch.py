@@ -121,7 +121,8 @@ class _Collector:
         self.messages: list[Message] = []
         #: each connection's deliveries: FIN and REQ must go back on that connection
         self.by_conn: dict[Connection, list[Message]] = {}
-        self.late: dict[Connection, list[Message]] = {}
+        #: deliveries after the task stopped taking messages (requeued as they arrive)
+        self.late_count = 0
         self.frozen = False
         self.want = 0
         self.last_arrival = 0.0
@@ -131,7 +132,12 @@ class _Collector:
 
     def on_message(self, conn: Connection, message: Message) -> None:
         if self.frozen:
-            self.late.setdefault(conn, []).append(message)
+            # arrived after RDY 0 and the settling time: not staged, so back to the channel now.
+            # Left unanswered it would stay in flight until msg_timeout even after we close
+            # (nsqd requeues a closed client's messages only then), and a batch planned meanwhile
+            # would not see it: AvailableNow could end before reading it.
+            conn.write(commands.req(message.id, 0))
+            self.late_count += 1
             return
         self.messages.append(message)
         self.by_conn.setdefault(conn, []).append(message)
@@ -192,16 +198,13 @@ class _Collector:
                 return
 
     def answer(self, finish: set[bytes]) -> None:
-        """FIN the deliveries whose id is in ``finish``, REQ the rest (and every late one)."""
+        """FIN the deliveries whose id is in ``finish``, REQ the rest (late ones already were)."""
         for conn, messages in self.by_conn.items():
             for message in messages:
                 if message.id in finish:
                     conn.write(commands.fin(message.id))
                 else:
                     conn.write(commands.req(message.id, 0))
-        for conn, messages in self.late.items():
-            for message in messages:
-                conn.write(commands.req(message.id, 0))
 
 
 # ---------------------------------------------------------------------- the task

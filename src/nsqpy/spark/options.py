@@ -404,7 +404,7 @@ class SinkOptions:
     batch_size: int = 500
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-    in_flight_batches: int = 4
+    in_flight_batches: int = 16
     http_timeout: float = 5.0
     connection: tuple[tuple[str, str], ...] = ()
     fault_injection: str | None = field(default=None, repr=False)
@@ -434,7 +434,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         batch_size=_int(options, "batchSize", 500, 1) or 500,
         max_body_size=max_body,
         max_message_size=max_message,
-        in_flight_batches=_int(options, "inFlightBatches", 4, 1) or 4,
+        in_flight_batches=_int(options, "inFlightBatches", 16, 1) or 16,
         http_timeout=_duration(options, "httpTimeoutMs", 5.0),
         connection=_connection_settings(options, source=False),
         fault_injection=_get(options, "_faultInjection") or None,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -144,6 +145,27 @@ class _Batcher:
         self.pending[topic] = (bodies, total + size)
         return full
 
+    def extend(
+        self, topic: str, bodies: list[bytes], largest: int
+    ) -> list[tuple[str, list[bytes]]]:
+        """Queue many bodies (none over ``largest`` bytes); returns the full batches to send.
+
+        When ``batchSize`` bodies of ``largest`` bytes fit in one MPUB, batches are cut by
+        count alone, without looking at each body in Python.
+        """
+        options = self.options
+        size = options.batch_size
+        if (largest + _PER_MESSAGE_OVERHEAD) * size + _MPUB_OVERHEAD > options.max_body_size:
+            return [full for body in bodies if (full := self.add(topic, body)) is not None]
+        pending, _ = self.pending.get(topic, ([], _MPUB_OVERHEAD))
+        combined = pending + bodies if pending else bodies
+        cut = len(combined) - len(combined) % size
+        batches = [(topic, combined[i : i + size]) for i in range(0, cut, size)]
+        rest = combined[cut:]
+        total = _MPUB_OVERHEAD + sum(len(b) for b in rest) + _PER_MESSAGE_OVERHEAD * len(rest)
+        self.pending[topic] = (rest, total)
+        return batches
+
     def drain(self) -> Iterator[tuple[str, list[bytes]]]:
         for topic, (bodies, _) in self.pending.items():
             if bodies:
@@ -151,9 +173,78 @@ class _Batcher:
         self.pending.clear()
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     index = batch.schema.get_field_index(name)
-    return None if index < 0 else batch.column(index).to_pylist()
+    return None if index < 0 else batch.column(index)
+
+
+def _deferral(batch: pa.RecordBatch) -> pa.Array | None:
+    """Which rows go out with DPUB (a positive ``defer_ms``), or None if no row does."""
+    defers = _column(batch, "defer_ms")
+    if defers is None:
+        return None
+    mask = pc.fill_null(pc.greater(defers, 0), False)
+    return mask if pc.any(mask).as_py() else None
+
+
+def _checked_bodies(column: pa.Array, options: SinkOptions) -> tuple[list[bytes], int]:
+    """The bodies as bytes and the largest one's size; a bad body fails (never dropped).
+
+    The checks run on the whole Arrow column at once; only a failing column is looked at
+    row by row, for the error message.
+    """
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    if len(column) == 0:
+        return [], 0
+    lengths = pc.binary_length(column)
+    bounds = pc.min_max(lengths)
+    smallest, largest = bounds["min"].as_py(), bounds["max"].as_py()
+    too_large = options.max_body_size - _MPUB_OVERHEAD - _PER_MESSAGE_OVERHEAD
+    if column.null_count or smallest == 0 or largest > min(options.max_message_size, too_large):
+        for value in column.to_pylist():
+            _checked_body(value, options)  # raises with the row's reason
+    return column.to_pylist(), largest
+
+
+def _plain_rows(
+    batch: pa.RecordBatch, options: SinkOptions
+) -> Iterator[tuple[str, list[bytes], int]]:
+    """(topic, bodies, largest size) for the rows published with MPUB, grouped by topic."""
+    bodies = _column(batch, "body")
+    assert bodies is not None  # the schema was checked
+    deferral = _deferral(batch)
+    topics = None if options.topic else _column(batch, "topic")
+    if deferral is not None:
+        keep = pc.invert(deferral)
+        bodies = bodies.filter(keep)
+        topics = None if topics is None else topics.filter(keep)
+    if options.topic:
+        yield options.topic, *_checked_bodies(bodies, options)
+        return
+    assert topics is not None
+    if topics.null_count or (len(topics) and pc.min(pc.utf8_length(topics)).as_py() == 0):
+        raise NSQSinkError("nsq: a row has no topic (null 'topic' column)")
+    for topic in pc.unique(topics).to_pylist():
+        yield topic, *_checked_bodies(bodies.filter(pc.equal(topics, topic)), options)
+
+
+def _deferred_rows(batch: pa.RecordBatch, options: SinkOptions) -> Iterator[tuple[str, bytes, int]]:
+    """(topic, body, defer_ms) of the rows published with DPUB, one by one."""
+    deferral = _deferral(batch)
+    if deferral is None:
+        return
+    rows = batch.filter(deferral)
+    bodies = _column(rows, "body")
+    assert bodies is not None
+    topics = None if options.topic else _column(rows, "topic")
+    delays = _column(rows, "defer_ms")
+    assert delays is not None
+    for i, (value, delay) in enumerate(zip(bodies.to_pylist(), delays.to_pylist(), strict=True)):
+        topic = options.topic or (topics[i].as_py() if topics is not None else None)
+        if not topic:
+            raise NSQSinkError("nsq: a row has no topic (null 'topic' column)")
+        yield topic, _checked_body(value, options), int(delay)
 
 
 def _sink_addresses(options: SinkOptions, partition: int) -> list[str]:
@@ -234,23 +325,13 @@ async def _publish(
     batcher = _Batcher(options)
     try:
         for batch in batches:
-            bodies = _column(batch, "body") or []
-            topics = None if options.topic else _column(batch, "topic")
-            defers = _column(batch, "defer_ms")
-            for i, value in enumerate(bodies):
-                body = _checked_body(value, options)
-                topic = options.topic or (topics[i] if topics is not None else None)
-                if not topic:
-                    raise NSQSinkError("nsq: a row has no topic (null 'topic' column)")
-                delay = defers[i] if defers is not None else None
-                if delay is not None and delay > 0:
-                    await submit(topic, [body], int(delay))
-                    deferred += 1
-                    continue
-                full = batcher.add(topic, body)
-                if full is not None:
+            for topic, bodies, largest in _plain_rows(batch, options):
+                for full in batcher.extend(topic, bodies, largest):
                     await submit(*full)
-                published += 1
+                published += len(bodies)
+            for topic, body, delay in _deferred_rows(batch, options):
+                await submit(topic, [body], delay)
+                deferred += 1
             await asyncio.sleep(0)  # let acknowledgements in while Spark feeds the next batch
         for topic, pending in batcher.drain():
             await submit(topic, pending)

@@ -1,0 +1,79 @@
+"""Shared plumbing of the Spark benchmarks: filling nsqd, counting Parquet rows, load lines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from nsqpy.client import Producer
+from nsqpy.pipeline.local import LocalNSQ
+
+
+def load() -> str:
+    """The load average as the figures' companion: the machine is shared with other work."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.1f} {five:.1f} {fifteen:.1f} ({os.cpu_count()} cores, shared)"
+
+
+def post(http: str, path: str, **params: str) -> None:
+    url = f"http://{http}{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10):
+        pass
+
+
+def make_topic(nsq: LocalNSQ, topic: str, *channels: str) -> None:
+    for http in nsq.nsqd_http:
+        post(http, "/topic/create", topic=topic)
+        for channel in channels:
+            post(http, "/channel/create", topic=topic, channel=channel)
+
+
+def channel_depth(nsq: LocalNSQ, topic: str, channel: str) -> int:
+    total = 0
+    for http in nsq.nsqd_http:
+        url = f"http://{http}/stats?format=json&include_clients=false&topic={topic}"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            for t in json.loads(resp.read()).get("topics") or ():
+                for c in t.get("channels") or ():
+                    if c["channel_name"] == channel:
+                        total += int(c["depth"])
+    return total
+
+
+def bodies_for(start: int, count: int, size: int) -> list[bytes]:
+    """Numbered bodies of ``size`` bytes (>= 10), so a count check can trust the rows."""
+    return [b"%010d" % (start + i) + b"x" * (size - 10) for i in range(count)]
+
+
+async def fill(nsq: LocalNSQ, topic: str, count: int, size: int) -> float:
+    """Publish ``count`` bodies split evenly over every nsqd; returns the seconds taken."""
+    started = time.perf_counter()
+    per_nsqd = count // len(nsq.nsqd_tcp)
+    for n, address in enumerate(nsq.nsqd_tcp):
+        async with Producer(address) as producer:
+            pending = []
+            for start in range(0, per_nsqd, 1000):
+                bodies = bodies_for(n * per_nsqd + start, min(1000, per_nsqd - start), size)
+                pending.append(producer.multi_publish(topic, bodies))
+                if len(pending) >= 8:
+                    await asyncio.gather(*pending)
+                    pending = []
+            await asyncio.gather(*pending)
+    return time.perf_counter() - started
+
+
+def parquet_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    files = [f for f in path.rglob("*.parquet") if "_spark_metadata" not in f.parts]
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def rate(count: int, seconds: float, unit: str) -> str:
+    per_second = count / seconds if seconds else 0.0
+    return f"{per_second:10,.0f} {unit}/s  ({count:,} in {seconds:.2f} s)"

@@ -260,3 +260,37 @@ def test_disk_backed_ok_means_on_every_channels_disk(
     for channel in ("a", "b", "c"):
         wait_depth(nsqd, "t", channel, 40)
         assert consume(nsqd, "t", channel, 40) == direct + held
+
+
+def test_held_channels_deliver_their_own_copies(
+    tmp_path: Path, daemons: list[DaemonProcess]
+) -> None:
+    """--mem-queue-size=0 --sync-every=1 holds each channel's messages on disk until finished
+    (issue 22); a message fanned out to two subscribed channels is held and delivered as two
+    copies: a REQ on one changes nothing on the other, and both end empty."""
+    nsqd = launch(daemons, tmp_path, "--mem-queue-size=0", "--sync-every=1")
+    create(nsqd, "t", "a", "b")
+    with NsqConn(nsqd.tcp_address) as a, NsqConn(nsqd.tcp_address) as b:
+        for conn, channel in ((a, "a"), (b, "b")):
+            conn.sub("t", channel)
+            conn.rdy(10)
+        with NsqConn(nsqd.tcp_address) as pub:
+            pub.mpub("t", [b"h%d" % i for i in range(5)])
+        got_a = [a.expect_message() for _ in range(5)]
+        got_b = [b.expect_message() for _ in range(5)]
+        assert [m.body for m in got_a] == [m.body for m in got_b] == [b"h%d" % i for i in range(5)]
+        assert {m.attempts for m in got_a + got_b} == {1}
+        a.req(got_a[0].id, 0)
+        again = a.expect_message()
+        assert (again.id, again.attempts) == (got_a[0].id, 2)
+        for msg in [again, *got_a[1:]]:
+            a.fin(msg.id)
+        for msg in got_b:
+            b.fin(msg.id)
+        b.expect_nothing(0.2)
+
+    def in_flight() -> list[int]:
+        return [(channel_stats(nsqd, "t", c) or {}).get("in_flight_count", -1) for c in "ab"]
+
+    wait_for(in_flight, lambda counts: counts == [0, 0], 3, "nothing in flight")
+    assert depth(nsqd, "t", "a") == depth(nsqd, "t", "b") == 0

@@ -23,11 +23,9 @@ from .http_api import RouteHandler
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class Families:
-    """Metric families keyed by name, created on first use, in a stable order."""
-
-    def __init__(self) -> None:
-        self._families: dict[str, Metric] = {}
+class FamilyBuilder:
+    """What a daemon's metrics module fills: gauges and counters by family name, with labels.
+    :class:`Families` keeps prometheus_client objects; :class:`TextFamilies` writes text."""
 
     def gauge(
         self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: float
@@ -39,6 +37,24 @@ class Families:
     ) -> None:
         """A monotonic counter whose series keeps ``name`` as it is (see :func:`exposition`)."""
         self._add("counter", name, doc, labels, values, value)
+
+    def _add(
+        self,
+        kind: str,
+        name: str,
+        doc: str,
+        labels: Sequence[str],
+        values: Sequence[str],
+        value: float,
+    ) -> None:
+        raise NotImplementedError
+
+
+class Families(FamilyBuilder):
+    """Metric families keyed by name, created on first use, in a stable order."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Metric] = {}
 
     def _add(
         self,
@@ -108,7 +124,7 @@ def bool_label(value: bool) -> str:
     return "true" if value else "false"
 
 
-class TextFamilies:
+class TextFamilies(FamilyBuilder):
     """:class:`Families` written straight to the text format as samples arrive: the same
     bytes as :func:`exposition` of a registry holding the same families (tests check it),
     without building Metric and Sample objects, so a daemon can fill it in slices between
@@ -117,16 +133,6 @@ class TextFamilies:
     def __init__(self) -> None:
         self._families: dict[str, tuple[str, str, list[str]]] = {}
         self._label_order: dict[tuple[str, ...], tuple[int, ...]] = {}
-
-    def gauge(
-        self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: float
-    ) -> None:
-        self._add("gauge", name, doc, labels, values, value)
-
-    def counter(
-        self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: float
-    ) -> None:
-        self._add("counter", name, doc, labels, values, value)
 
     def _add(
         self,

@@ -37,7 +37,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _spark_common import channel_depth, fill, load, make_topic, parquet_rows, rate
+from _spark_common import (
+    channel_depth,
+    cpu_seconds,
+    cpu_used,
+    fill,
+    load,
+    make_topic,
+    parquet_rows,
+    rate,
+)
 from nsqpy.client import Producer
 from nsqpy.pipeline.local import LocalNSQ
 
@@ -195,18 +204,53 @@ def profiled(directory: str | None, name: str) -> Iterator[None]:
     out = Path(directory) / f"{name}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
-    command = [spy_bin, "record", "--subprocesses", "--idle", "-r", "100", "-f", "raw"]
-    spy = subprocess.Popen(
-        [*command, "-o", str(out), "-p", str(os.getpid())],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [spy_bin, "record", "--idle", "-r", "100", "-f", "raw"]
+    # py-spy's --subprocesses missed the driver -> JVM -> pyspark.daemon chain: every Python
+    # process below this one (nsqd, the daemon with its forked workers) gets its own py-spy
+    targets = {
+        os.getpid(): out,
+        **{pid: out.with_name(f"{name}-{pid}.txt") for pid in _python_descendants()},
+    }
+    follow = ["--subprocesses"]  # a pyspark.daemon forks its workers
+    spies = [
+        subprocess.Popen(
+            [*command, *(follow if pid != os.getpid() else []), "-o", str(path), "-p", str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid, path in targets.items()
+    ]
     time.sleep(1.0)  # py-spy attaches
     try:
         yield
     finally:
-        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
-        spy.wait(30)
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        for spy in spies:
+            spy.wait(30)
+
+
+def _python_descendants() -> list[int]:
+    """Python processes below this one, outermost first (a forked child is not listed
+    when its parent is, as ``--subprocesses`` covers it)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int(stat.parent.name)
+            parents[pid] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            commands[pid] = (stat.parent / "cmdline").read_bytes().decode(errors="replace")
+    found: list[int] = []
+
+    def walk(pid: int, covered: bool) -> None:
+        for child in sorted(p for p, parent in parents.items() if parent == pid):
+            is_python = "python" in commands.get(child, "") and "py-spy" not in commands[child]
+            if is_python and not covered:
+                found.append(child)
+            walk(child, covered or is_python)
+
+    walk(os.getpid(), False)
+    return found
 
 
 # ---------------------------------------------------------------------- the benchmark
@@ -317,26 +361,38 @@ def run_sink(spark: Any, args: argparse.Namespace, nsq: LocalNSQ, out: Path, cou
     # the write path's Python workers and imports ready before the timing, as the Producer's are
     warm = bodies.limit(1000).write.format("nsq").option("lookupd", nsq.lookupd_http)
     warm.option("topic", "bench_warm").mode("append").save()
+    # and the JVM's side (cached rows -> Arrow -> Python worker) compiled by the JIT over all
+    # the rows, as the floor's warm-up write does for the Parquet path
+    spark.dataSource.register(noop_writer_source())
+    bodies.write.format("benchnoop").mode("append").save()
+    cpu_before = cpu_seconds()
     started = time.perf_counter()
     writer = bodies.write.format("nsq").option("lookupd", nsq.lookupd_http)
     writer = writer.option("topic", "bench_out").option("batchSize", str(args.sink_batch))
     with profiled(args.profile, "sink"):
         writer.mode("append").save()
     sink_s = time.perf_counter() - started
+    sink_cpu = cpu_used(cpu_before, cpu_seconds())
     published = channel_depth(nsq, "bench_out", "check")
     print(f"SINK: df.write.format('nsq') ({cores} partitions)  {load()}", flush=True)
     print(f"  sink                 {rate(published, sink_s, 'rows')}", flush=True)
+    print(f"    {sink_cpu}", flush=True)
 
-    spark.dataSource.register(noop_writer_source())
+    cpu_before = cpu_seconds()
     started = time.perf_counter()
     bodies.write.format("benchnoop").mode("append").save()
     noop_s = time.perf_counter() - started
+    noop_cpu = cpu_used(cpu_before, cpu_seconds())
     print(f"  Spark's Python writer, discarding rows  {rate(count, noop_s, 'rows')}", flush=True)
+    print(f"    {noop_cpu}", flush=True)
 
     rows = ds.dataset(str(out), format="parquet").to_table(columns=["body"])["body"].to_pylist()
+    cpu_before = cpu_seconds()
     producer_s = asyncio.run(publish_with_producer(nsq.nsqd_tcp, rows, args.sink_batch))
+    producer_cpu = cpu_used(cpu_before, cpu_seconds())
     produced = channel_depth(nsq, "bench_prod", "check")
     print(f"  Producer, 1 process  {rate(produced, producer_s, 'rows')}  {load()}", flush=True)
+    print(f"    {producer_cpu}", flush=True)
     print(f"  sink / Producer: {producer_s / sink_s:.2f}x", flush=True)
     print(f"  Python writer (no NSQ) / Producer: {producer_s / noop_s:.2f}x", flush=True)
     if published != count or produced != count:

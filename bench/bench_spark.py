@@ -148,9 +148,11 @@ def noop_writer_source() -> type:
 # ---------------------------------------------------------------------- streaming runs
 
 
-def run_to_parquet(df: Any, work: Path, name: str) -> tuple[float, list[Any], int]:
-    """Run ``df`` into Parquet with AvailableNow; (seconds, non-empty progress, rows out)."""
+def run_to_parquet(df: Any, work: Path, name: str) -> tuple[float, list[Any], int, str]:
+    """Run ``df`` into Parquet with AvailableNow; (seconds, non-empty progress, rows out,
+    CPU seconds by process)."""
     out = work / f"{name}-out"
+    cpu_before = cpu_seconds()
     started = time.perf_counter()
     query = (
         df.writeStream.format("parquet")
@@ -161,10 +163,11 @@ def run_to_parquet(df: Any, work: Path, name: str) -> tuple[float, list[Any], in
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
+    cpu = cpu_used(cpu_before, cpu_seconds())
     if query.exception() is not None:
         raise RuntimeError(f"{name}: query failed: {query.exception()}")
     batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    return elapsed, batches, parquet_rows(out)
+    return elapsed, batches, parquet_rows(out), cpu
 
 
 def steady_state(batches: list[Any]) -> tuple[int, float]:
@@ -186,12 +189,13 @@ def durations(batches: list[Any]) -> str:
     return f"per batch: triggerExecution {total:.0f} ms = " + ", ".join(parts)
 
 
-def report_stream(label: str, elapsed: float, batches: list[Any], rows: int) -> float:
+def report_stream(label: str, elapsed: float, batches: list[Any], rows: int, cpu: str) -> float:
     steady_rows, steady_s = steady_state(batches)
     print(f"{label} ({len(batches)} micro-batches)  {load()}", flush=True)
     print(f"  whole query          {rate(rows, elapsed, 'msgs')}", flush=True)
     print(f"  after the 1st batch  {rate(steady_rows, steady_s, 'msgs')}", flush=True)
     print(f"  {durations(batches)}", flush=True)
+    print(f"  whole query's {cpu}", flush=True)
     return steady_rows / steady_s if steady_s else 0.0
 
 
@@ -337,8 +341,8 @@ def run_spark(args: argparse.Namespace, nsq: LocalNSQ, work: Path, count: int) -
         }
         df = spark.readStream.format("nsq").options(**options).load()
         with profiled(args.profile, "source"):
-            elapsed, batches, archived = run_to_parquet(df, work, "ours")
-        ours = report_stream("OURS: format('nsq') -> Parquet", elapsed, batches, archived)
+            elapsed, batches, archived, cpu = run_to_parquet(df, work, "ours")
+        ours = report_stream("OURS: format('nsq') -> Parquet", elapsed, batches, archived, cpu)
         for name, value in (("floor", floor), ("python floor", pyfloor)):
             if value:
                 print(f"  steady state / {name}: {ours / value:.2f}x", flush=True)

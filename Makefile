@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv java chromium systemd test lint typecheck pytest run clean
+.PHONY: venv java chromium systemd test lint typecheck pytest run chaos clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,16 @@ test: lint typecheck pytest
 # The pipeline demo: nsqlookupd, two nsqd, a producer, the Spark jobs, a consumer. Ctrl-C stops.
 run: venv java
 	$(BIN)/python -m nsqpy.demo
+
+# The chaos harness (docs/operations.md "Chaos"): a cluster in network namespaces under seeded
+# faults, then the checker's report and plot in chaos-out/. Needs root.
+# `make chaos SEED=7 DURATION=600`; Go's daemons: `make chaos CHAOS_ARGS='--nsqd-bin ...'`.
+SEED ?= 1
+DURATION ?= 120
+CHAOS_ARGS ?=
+chaos: venv
+	$(BIN)/python -m pip install --quiet -e '.[chaos]'
+	$(BIN)/python -m nsqpy.chaos --seed $(SEED) --duration $(DURATION) $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -223,3 +224,45 @@ async def test_http_errors_carry_nsqd_message(nsqd: DaemonProcess) -> None:
     assert info.value.message == "MSG_EMPTY"
     with pytest.raises(ValueError):
         await http_multi_publish(nsqd.http_url, "t", [b"a\nb"], binary=False)
+
+
+async def test_request_timeout_moves_on_from_a_paused_nsqd(tmp_path: Path) -> None:
+    # found by the chaos harness: a SIGSTOPped nsqd keeps its socket open (and the kernel
+    # still accepts new connections for it), so every publish that rotated onto it waited for
+    # the connection's read timeout, or for a reconnect's IDENTIFY, while another nsqd was up
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    paused, live = start_nsqd(tmp_path / "a"), start_nsqd(tmp_path / "b")
+    try:
+        producer = Producer(
+            [tcp(paused), tcp(live)],
+            request_timeout=0.3,
+            reconnect_interval=0.1,  # reconnects to the paused nsqd keep coming
+            max_reconnect_interval=5,
+            read_timeout=60,
+        )
+        await producer.connect()
+        os.kill(paused.pid, signal.SIGSTOP)
+        waited = 0.0  # in publish calls
+        for i in range(80):  # over 4 s, so reconnects to the paused nsqd come due
+            began = time.monotonic()
+            await producer.publish("t", b"m%d" % i)
+            waited += time.monotonic() - began
+            await asyncio.sleep(0.05)
+        assert producer.connected_addresses == [tcp(live)]
+        await producer.close()
+        os.kill(paused.pid, signal.SIGCONT)
+        # the first publish after the pause waited out the timeout; reconnects then happen in
+        # the background while the live nsqd takes the publishes (waiting on each one that
+        # rotated onto the paused nsqd would take 40 x 0.3 s)
+        assert waited < 1.0, waited
+        assert topic_stats(live, "t")["message_count"] >= 80
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+        paused.stop()
+        live.stop()
+
+
+async def test_request_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="request_timeout"):
+        Producer("127.0.0.1:1", request_timeout=0)

@@ -65,6 +65,13 @@ class Producer:
     after an exponentially growing delay. A publish interrupted by a dying connection is
     resent elsewhere, so a message may (rarely) be published twice: NSQ is at-least-once.
 
+    ``request_timeout``: an nsqd that keeps its connection open but does not answer (paused,
+    overloaded, cut off by a partition) holds a publish until the connection's
+    ``read_timeout`` (a minute by default). With a timeout, a publish that gets no answer (or
+    no connection) in that many seconds moves on to the next nsqd, and the silent one is
+    dropped and retried after the reconnect delay. The abandoned command may still be
+    applied when that nsqd wakes up: one more way to publish a message twice.
+
     Connection settings (``tls``, ``snappy``, ``deflate``, ``auth_secret``...) are keyword
     arguments passed to :class:`ConnectionOptions`.
     """
@@ -75,6 +82,7 @@ class Producer:
         *,
         reconnect_interval: float = 1.0,
         max_reconnect_interval: float = 60.0,
+        request_timeout: float | None = None,
         rng: random.Random | None = None,
         **connection_options: Any,
     ) -> None:
@@ -83,7 +91,10 @@ class Producer:
         )
         if not addresses:
             raise ValueError("a producer needs at least one nsqd address")
+        if request_timeout is not None and request_timeout <= 0:
+            raise ValueError("request_timeout must be positive (or None)")
         self.options = ConnectionOptions(**connection_options)
+        self.request_timeout = request_timeout
         self.rng = rng if rng is not None else random.Random()
         self._slots = [
             _Slot(a, ReconnectDelay(reconnect_interval, max_reconnect_interval, rng=self.rng))
@@ -170,12 +181,14 @@ class Producer:
         # reconnected once (the only way forward with a single nsqd)
         for i in range(count + 1):
             slot = slots[(start + i) % count]
-            conn = await self._connection(slot)
+            conn = await self._connection_in_time(slot)
             if conn is None:
                 continue
             try:
-                await conn.drain()
-                response = await conn.request(command)
+                response = await self._request_in_time(conn, command)
+            except TimeoutError:
+                last_error = self._abandon(slot, conn)
+                continue
             except ConnectionClosedError as exc:
                 if not isinstance(last_error, ServerError):  # nsqd's own refusal says more
                     last_error = exc
@@ -194,6 +207,59 @@ class Producer:
             f"no nsqd accepted the command ({', '.join(s.address for s in slots)})"
         ) from last_error or next((s.last_error for s in slots if s.last_error), None)
 
+    async def _connection_in_time(self, slot: _Slot) -> Connection | None:
+        if self.request_timeout is None:
+            return await self._connection(slot)
+        conn = slot.conn
+        if conn is not None and conn.is_open:
+            return conn
+        if any(s.conn is not None and s.conn.is_open for s in self._slots if s is not slot):
+            # another nsqd takes this publish at once; this one reconnects in the background
+            self._connect_in_background(slot)
+            return None
+        try:  # the connect goes on (shielded) for a later publish
+            return await asyncio.wait_for(self._connection(slot), self.request_timeout)
+        except TimeoutError:
+            # a silent nsqd accepts the TCP connection but never answers IDENTIFY: leave it
+            # to the other nsqd until the reconnect delay has passed
+            slot.retry_at = time.monotonic() + slot.delays.next()
+            return None
+
+    def _connect_in_background(self, slot: _Slot) -> None:
+        if self._closed or slot.connecting is not None or time.monotonic() < slot.retry_at:
+            return
+        task = asyncio.get_running_loop().create_task(self._open(slot))
+        slot.connecting = task
+
+        def forget(done: asyncio.Task[Connection | None]) -> None:
+            if slot.connecting is done:
+                slot.connecting = None
+
+        task.add_done_callback(forget)
+
+    async def _request_in_time(self, conn: Connection, command: bytes) -> bytes:
+        if self.request_timeout is None:
+            return await self._request(conn, command)
+        return await asyncio.wait_for(self._request(conn, command), self.request_timeout)
+
+    @staticmethod
+    async def _request(conn: Connection, command: bytes) -> bytes:
+        await conn.drain()
+        return await conn.request(command)
+
+    def _abandon(self, slot: _Slot, conn: Connection) -> ConnectionClosedError:
+        """nsqd did not answer in time: drop the connection (the commands still waiting on it
+        fail over too) and leave that nsqd alone for the reconnect delay."""
+        delay = slot.delays.next()
+        slot.retry_at = time.monotonic() + delay
+        error = ConnectionClosedError(
+            f"{slot.address}: no answer in {self.request_timeout}s (retry in {delay:.1f}s)"
+        )
+        slot.last_error = error
+        log.error("(%s) %s", slot.address, error)
+        conn.abort()  # not close(): a full write buffer to a silent nsqd would never flush
+        return error
+
     async def _connection(self, slot: _Slot) -> Connection | None:
         conn = slot.conn
         if conn is not None and conn.is_open:
@@ -204,6 +270,8 @@ class Producer:
             if time.monotonic() < slot.retry_at:
                 return None  # failed recently: let the other nsqd take the traffic
             slot.connecting = asyncio.get_running_loop().create_task(self._open(slot))
+        elif time.monotonic() < slot.retry_at:
+            return None  # still connecting after request_timeout: not waited for again yet
         task = slot.connecting
         try:
             return await asyncio.shield(task)

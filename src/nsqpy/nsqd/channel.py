@@ -166,12 +166,14 @@ class Channel:
         client.after_deliveries()
 
     def _take(self, count: int) -> list[Message]:
-        """Up to ``count`` messages from the memory queue, then from the backend."""
+        """Up to ``count`` messages from the memory queue, then from the backend (a message
+        the topic shares between channels becomes this channel's own copy here)."""
         memory_queue = self.memory_queue
         if len(memory_queue) >= count:
             popleft = memory_queue.popleft
-            return [popleft() for _ in range(count)]
-        msgs = list(memory_queue)
+            msgs = [popleft() for _ in range(count)]
+            return [m.copy() if m.shared else m for m in msgs]
+        msgs = [m.copy() if m.shared else m for m in memory_queue]
         memory_queue.clear()
         if self.held_queue is not None:
             return self._take_held(self.held_queue, msgs, count)
@@ -231,7 +233,7 @@ class Channel:
         memory_queue = self.memory_queue
         while client.ready_count > client.in_flight_count and client.ready_count > 0:
             if memory_queue:
-                client.send_message(self, memory_queue.popleft())
+                client.send_message(self, memory_queue.popleft().private())
                 continue
             msgs = self._take(1)
             if not msgs:
@@ -259,7 +261,8 @@ class Channel:
 
     def put_messages(self, msgs: list[Message]) -> None:
         """:meth:`put_message` for a batch: with no consumer ready, one extend of the memory
-        queue and the overflow to the backend, instead of a call chain per message."""
+        queue and the overflow to the backend, instead of a call chain per message. The
+        messages may be shared with the topic's other channels (``Message.shared``)."""
         if self._ready_client() is not None:
             for msg in msgs:
                 self.put_message(msg)
@@ -273,10 +276,7 @@ class Channel:
         if room > 0:
             memory_queue.extend(msgs[:room])
             msgs = msgs[room:]
-        context = f"CHANNEL({self.name})"
-        write = self.nsqd.write_to_backend
-        for msg in msgs:
-            write(self.backend, msg, context, memory_queue)
+        self.nsqd.write_many_to_backend(self.backend, msgs, f"CHANNEL({self.name})", memory_queue)
 
     def put_message_deferred(self, msg: Message, delay: float) -> None:
         self.message_count += 1
@@ -332,7 +332,7 @@ class Channel:
                 self.memory_queue.append(msg)
                 self.pump(client)
             else:
-                client.send_message(self, msg)
+                client.send_message(self, msg.private())
                 client.after_deliveries()
             return
         if len(self.memory_queue) < self.mem_capacity:
@@ -342,6 +342,7 @@ class Channel:
 
     def _put_held(self, queue: DiskQueue, msg: Message) -> None:
         """Held mode: on disk first; held at once when it goes straight to a ready consumer."""
+        msg = msg.private()  # the topic may share it with its other channels
         context = f"CHANNEL({self.name})"
         client = self._ready_client()
         if client is None:

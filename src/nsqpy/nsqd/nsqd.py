@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import os
 import socket
+import struct
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,55 @@ if TYPE_CHECKING:
     from ..protocol.errors import ProtocolError
     from .message import Message
     from .read_holds import Hold
+
+
+_RECORD_SIZE = struct.Struct(">I")
+
+
+class _SharedEncodings:
+    """One flush of ``batched_writes``: a message shared by several channels is encoded once,
+    and a run of shared messages overflowing to many channels' disk queues is framed into one
+    buffer once, which each queue then writes whole (``DiskQueue.put_framed``)."""
+
+    __slots__ = ("frames", "records")
+
+    def __init__(self) -> None:
+        self.records: dict[int, bytes] = {}
+        self.frames: dict[tuple[int, int], tuple[list[Message], bytes]] = {}
+
+    def framed(self, msgs: list[Message]) -> bytes | None:
+        """The framed records of ``msgs`` if they are all shared, else None."""
+        if not (msgs[0].shared and msgs[-1].shared):
+            return None
+        key = (id(msgs[0]), len(msgs))
+        cached = self.frames.get(key)
+        if cached is not None and cached[0] == msgs:  # list ==: identity per element, in C
+            return cached[1]
+        if not all(msg.shared for msg in msgs):
+            return None
+        pack = _RECORD_SIZE.pack
+        pieces = []
+        for data in _encode_all(msgs, self.records):
+            pieces.append(pack(len(data)))
+            pieces.append(data)
+        framed = b"".join(pieces)
+        self.frames[key] = (msgs, framed)
+        return framed
+
+
+def _encode_all(msgs: list[Message], encoded: dict[int, bytes]) -> list[bytes]:
+    """The disk records of ``msgs``; a message shared by several channels is encoded once
+    per batch (``encoded``, keyed by the object while the batch keeps it alive)."""
+    out = []
+    for msg in msgs:
+        if not msg.shared:
+            out.append(msg.encode())
+            continue
+        data = encoded.get(id(msg))
+        if data is None:
+            data = encoded[id(msg)] = msg.encode()
+        out.append(data)
+    return out
 
 
 class NSQDError(Exception):
@@ -593,6 +643,20 @@ class NSQD:
         if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
             self._start_sync(backend)
 
+    def write_many_to_backend(
+        self, backend: Backend, msgs: list[Message], context: str, owner: deque[Message]
+    ) -> None:
+        """:meth:`write_to_backend` for several messages (one list extend inside a batch)."""
+        batch = self._write_batch
+        if batch is None:
+            for msg in msgs:
+                self.write_to_backend(backend, msg, context, owner)
+            return
+        pending = batch.get(backend)
+        if pending is None:
+            pending = batch[backend] = (owner, [])
+        pending[1].extend(msgs)
+
     def write_held(self, queue: DiskQueue, msg: Message, context: str) -> Hold | None:
         """A held channel's write (channel.py, issue 22), never batched, as the caller may
         deliver or pump at once: handed out and held when nothing waits before it (the Hold),
@@ -629,19 +693,29 @@ class NSQD:
         finally:
             self._write_batch = None
             failure: BackendWriteError | None = None
+            encoded = _SharedEncodings()
             for backend, (owner, msgs) in batch.items():
                 try:
-                    self._put_many(backend, msgs, owner if lenient else None)
+                    self._put_many(backend, msgs, owner if lenient else None, encoded)
                 except BackendWriteError as exc:
                     failure = exc
             if failure is not None:
                 raise failure
 
     def _put_many(
-        self, backend: Backend, msgs: list[Message], keep_in: deque[Message] | None
+        self,
+        backend: Backend,
+        msgs: list[Message],
+        keep_in: deque[Message] | None,
+        encoded: _SharedEncodings,
     ) -> None:
         try:
-            backend.put_many([msg.encode() for msg in msgs])
+            written = False
+            if isinstance(backend, DiskQueue):
+                framed = encoded.framed(msgs)
+                written = framed is not None and backend.put_framed(framed, len(msgs))
+            if not written:
+                backend.put_many(_encode_all(msgs, encoded.records))
         except (DiskQueueError, OSError) as exc:
             self.set_health(str(exc))
             self.fault_log.failed(
@@ -674,9 +748,22 @@ class NSQD:
         elif not self.exiting and queue.sync_due():  # writes made meanwhile are due already
             self._start_sync(queue)
 
-    def running_syncs(self) -> tuple[asyncio.Task[None], ...]:
-        """Syncs under way now: a publish arriving now is acknowledged after them."""
-        return tuple(self._syncing.values()) if self._syncing else ()
+    def running_syncs(self, topic: Topic | None = None) -> tuple[asyncio.Task[None], ...]:
+        """Syncs under way now: a publish arriving now is acknowledged after them. Only the
+        queues a publish to ``topic`` can write count: with --mem-queue-size > 0 the topic's
+        own (its pump writes the channels' later), else the topic's and its channels' (named
+        ``topic:channel``), whose writes precede the OK."""
+        if not self._syncing:
+            return ()
+        if topic is None:
+            return tuple(self._syncing.values())
+        if not topic.publish_writes_channels():
+            task = self._syncing.get(topic.backend)  # type: ignore[call-overload]
+            return (task,) if task is not None else ()
+        name = topic.name
+        return tuple(
+            task for queue, task in self._syncing.items() if queue.name.partition(":")[0] == name
+        )
 
     def topic_starting(self, topic: Topic) -> tuple[asyncio.Task[None], ...]:
         """The channel pre-creation a new topic's first command must wait for, if any."""

@@ -399,7 +399,7 @@ class ProtocolV2:
         msg.deferred = delay
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed draining")
-        syncs = self.nsqd.running_syncs()
+        syncs = self.nsqd.running_syncs(topic)
         try:
             topic.put_message(msg)
         except (TopicError, BackendWriteError) as exc:
@@ -438,7 +438,7 @@ class ProtocolV2:
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ProtocolError("E_MPUB_FAILED", "MPUB failed draining")
         msgs = topic.new_messages(bodies)
-        syncs = self.nsqd.running_syncs()
+        syncs = self.nsqd.running_syncs(topic)
         try:
             with self.nsqd.batched_writes():
                 topic.put_messages(msgs)

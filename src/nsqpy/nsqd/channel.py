@@ -74,12 +74,14 @@ class Channel:
         "skip_ids",
         "timeout_count",
         "topic",
+        "writes",
     )
 
     def __init__(self, topic: Topic, name: str, nsqd: NSQD, backend: Backend) -> None:
         self.topic = topic
         self.name = name
         self.nsqd = nsqd
+        self.writes = nsqd.writes  # the disk-write side (backend_writes.py)
         self.ephemeral = is_ephemeral(name)
         self.mem_capacity = nsqd.options.mem_queue_size
         self.memory_queue: deque[Message] = deque()
@@ -276,7 +278,7 @@ class Channel:
         if room > 0:
             memory_queue.extend(msgs[:room])
             msgs = msgs[room:]
-        self.nsqd.write_many_to_backend(self.backend, msgs, f"CHANNEL({self.name})", memory_queue)
+        self.writes.write_many_to_backend(self.backend, msgs, f"CHANNEL({self.name})", memory_queue)
 
     def put_message_deferred(self, msg: Message, delay: float) -> None:
         self.message_count += 1
@@ -286,7 +288,7 @@ class Channel:
 
     def _store_deferred(self, queue: DiskQueue, msg: Message) -> None:
         """Held mode: a DPUB's message is on disk for the whole of its deferral."""
-        hold = self.nsqd.write_held(queue, msg, f"CHANNEL({self.name})")
+        hold = self.writes.write_held(queue, msg, f"CHANNEL({self.name})")
         if hold is None:
             self._early[msg.id] = msg
         else:
@@ -338,7 +340,7 @@ class Channel:
         if len(self.memory_queue) < self.mem_capacity:
             self.memory_queue.append(msg)
             return
-        self.nsqd.write_to_backend(self.backend, msg, f"CHANNEL({self.name})", self.memory_queue)
+        self.writes.write_to_backend(self.backend, msg, f"CHANNEL({self.name})", self.memory_queue)
 
     def _put_held(self, queue: DiskQueue, msg: Message) -> None:
         """Held mode: on disk first; held at once when it goes straight to a ready consumer."""
@@ -346,9 +348,9 @@ class Channel:
         context = f"CHANNEL({self.name})"
         client = self._ready_client()
         if client is None:
-            self.nsqd.write_to_backend(queue, msg, context, self.memory_queue)
+            self.writes.write_to_backend(queue, msg, context, self.memory_queue)
             return
-        hold = self.nsqd.write_held(queue, msg, context)
+        hold = self.writes.write_held(queue, msg, context)
         if hold is None:  # others wait before it on disk
             self.pump(client)
             return
@@ -538,7 +540,7 @@ class Channel:
             if msg is None:
                 return
             try:
-                self.nsqd.write_to_backend(queue, msg, f"CHANNEL({self.name})", self.memory_queue)
+                self.writes.write_to_backend(queue, msg, f"CHANNEL({self.name})", self.memory_queue)
             except BackendWriteError:
                 return
             self._early[msg.id] = msg
@@ -588,10 +590,10 @@ class Channel:
         """Clean shutdown: keep queued, in-flight and deferred messages in the backend."""
         self.exiting = True
         self.close_clients()
-        stored = self.nsqd.flush_channel_to_backend(self)
+        stored = self.writes.flush_channel_to_backend(self)
         if stored and self.held_queue is not None:
             self.held_queue.release_all()  # every held message was just stored again
-        self.nsqd.close_backend(self.backend, f"CHANNEL({self.name})")
+        self.writes.close_backend(self.backend, f"CHANNEL({self.name})")
 
     def restore_deferred(self, msg: Message, remaining: float) -> None:
         if self.held_queue is not None:

@@ -85,7 +85,7 @@ class HTTPServer:
     # ------------------------------------------------------------------ basics
 
     async def ping(self, request: web.Request) -> web.Response:
-        health = self.nsqd.health_error
+        health = self.nsqd.writes.health_error
         if self.nsqd.draining:  # nsqpy --drain-timeout: readiness probes see it (drain.py)
             return plain_text("DRAINING", 503)
         if health is not None:
@@ -153,7 +153,7 @@ class HTTPServer:
             raise ApiError(503, "DRAINING")
         msg = topic.new_message(body)
         msg.deferred = delay
-        syncs = self.nsqd.running_syncs(topic)
+        syncs = self.nsqd.writes.running_syncs(topic)
         try:
             topic.put_message(msg)
         except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
@@ -200,9 +200,9 @@ class HTTPServer:
                 bodies.append(line)
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ApiError(503, "DRAINING")
-        syncs = self.nsqd.running_syncs(topic)
+        syncs = self.nsqd.writes.running_syncs(topic)
         try:
-            with self.nsqd.batched_writes():
+            with self.nsqd.writes.batched_writes():
                 topic.put_messages(topic.new_messages(bodies))
         except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
             raise ApiError(503, "QUEUE_FULL") from None
@@ -230,7 +230,7 @@ class HTTPServer:
             version = version_line("nsqd")
             await run_sliced(stats_text_steps(self.nsqd, version, topics, producers, memory, text))
             return v1_text("".join(text))
-        body = stats_json(topics, producers, memory, self.nsqd.health, self.nsqd.start_time)
+        body = stats_json(topics, producers, memory, self.nsqd.writes.health, self.nsqd.start_time)
         data: list[bytes] = []
         await run_sliced(stats_json_steps(body, data))
         return web.Response(body=data[0], headers={**V1_HEADERS, "Content-Type": JSON_CONTENT_TYPE})
@@ -259,7 +259,7 @@ class HTTPServer:
             topic.unpause()
         else:
             topic.pause()
-        self.nsqd.persist_metadata()
+        self.nsqd.persistence.persist_metadata()
         return v1_empty()
 
     # ------------------------------------------------------------------ channels
@@ -294,7 +294,7 @@ class HTTPServer:
             channel.unpause()
         else:
             channel.pause()
-        self.nsqd.persist_metadata()
+        self.nsqd.persistence.persist_metadata()
         return v1_empty()
 
     # ------------------------------------------------------------------ config

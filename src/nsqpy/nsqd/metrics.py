@@ -123,7 +123,7 @@ def process_figures(nsqd: NSQD, topic_count: int) -> ProcessFigures:
     received, sent = nsqd.tcp_bytes()
     return ProcessFigures(
         time.time() - nsqd.start_time,
-        nsqd.health_error is None,
+        nsqd.writes.health_error is None,
         nsqd.draining,
         len(nsqd.clients),
         topic_count,

@@ -321,7 +321,7 @@ def stats_text_steps(
     start = start[:-2] + ":" + start[-2:] if start[-5] in "+-" else start
     start = start.replace("+00:00", "Z")
     out += [f"{version_line}\n", f"start_time {start}\n", f"uptime {uptime}\n"]
-    out.append(f"\nHealth: {nsqd.health}\n")
+    out.append(f"\nHealth: {nsqd.writes.health}\n")
     if memory is not None:
         out.append("\nMemory:\n")
         out.extend(f"   {key:<25}\t{value}\n" for key, value in memory.items())

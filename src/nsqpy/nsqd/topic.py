@@ -48,11 +48,13 @@ class Topic:
         "paused",
         "skip_ids",
         "started",
+        "writes",
     )
 
     def __init__(self, name: str, nsqd: NSQD, backend: Backend) -> None:
         self.name = name
         self.nsqd = nsqd
+        self.writes = nsqd.writes  # the disk-write side (backend_writes.py)
         self.ephemeral = is_ephemeral(name)
         self.mem_capacity = nsqd.options.mem_queue_size
         self.memory_queue: deque[Message] = deque()
@@ -131,7 +133,7 @@ class Topic:
         self.message_bytes += len(msg.body)
 
     def put_messages(self, msgs: list[Message]) -> None:
-        """An MPUB's messages (never deferred). Callers hold ``nsqd.batched_writes()``, so a
+        """An MPUB's messages (never deferred). Callers hold ``nsqd.writes.batched_writes()``, so a
         refused disk write surfaces after this returns."""
         if self.exiting:
             raise TopicError("exiting")
@@ -169,14 +171,14 @@ class Topic:
 
     def publish_writes_channels(self) -> bool:
         """Whether a publish now may write the channels' queues before its OK (so its OK
-        waits for their running fsyncs too, ``NSQD.running_syncs``)."""
+        waits for their running fsyncs too, ``BackendWrites.running_syncs``)."""
         return self.mem_capacity <= 0 or self.nsqd.queue_limits.active
 
     def _put(self, msg: Message) -> None:
         if msg.deferred and self.flowing():
             self._fan_out_deferred([msg])
         elif self._direct_to_channels():
-            with self.nsqd.batched_writes():  # each channel's write of one shared encoding
+            with self.writes.batched_writes():  # each channel's write of one shared encoding
                 self._fan_out([msg])
         else:
             self._enqueue([msg])
@@ -199,7 +201,7 @@ class Topic:
                 memory_queue.extend(msgs[:room])
             if not self.ephemeral:
                 context = f"TOPIC({self.name})"
-                write = self.nsqd.write_to_backend
+                write = self.writes.write_to_backend
                 for msg in msgs[max(room, 0) :]:
                     write(self.backend, msg, context, memory_queue)
         self._schedule_pump()
@@ -248,7 +250,7 @@ class Topic:
             return
         limit = max(PUMP_MIN_BATCH, PUMP_BUDGET // len(self._channel_list))
         # lenient: messages a full disk refuses stay in the channel's memory, never lost
-        with self.nsqd.batched_writes(lenient=True):
+        with self.writes.batched_writes(lenient=True):
             msgs = self._take(limit)
             if msgs:
                 self._fan_out(msgs)
@@ -316,5 +318,5 @@ class Topic:
         self.exiting = True
         for channel in self._channel_list:
             channel.close()
-        self.nsqd.flush_topic_to_backend(self)
-        self.nsqd.close_backend(self.backend, f"TOPIC({self.name})")
+        self.writes.flush_topic_to_backend(self)
+        self.writes.close_backend(self.backend, f"TOPIC({self.name})")

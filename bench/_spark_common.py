@@ -77,3 +77,49 @@ def parquet_rows(path: Path) -> int:
 def rate(count: int, seconds: float, unit: str) -> str:
     per_second = count / seconds if seconds else 0.0
     return f"{per_second:10,.0f} {unit}/s  ({count:,} in {seconds:.2f} s)"
+
+
+def _process_kind(command: str) -> str:
+    if "java" in command.split(" ", 1)[0]:
+        return "JVM"
+    for kind in ("nsqlookupd", "nsqd", "pyspark"):
+        if kind in command:
+            return "Python workers" if kind == "pyspark" else kind
+    return "other"
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process and everything below it,
+    by kind: where a phase's time went on a shared machine (Linux /proc only)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    usage: dict[int, tuple[str, float]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError):
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        # utime, stime, and the children's that were waited for (forked workers that ended)
+        used = sum(int(f) for f in fields[11:15]) / tick
+        usage[pid] = (_process_kind(command), used)
+    mine = os.getpid()
+    totals: dict[str, float] = {"driver": 0.0}
+    for pid, (kind, used) in usage.items():
+        ancestor = pid
+        while ancestor not in (mine, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor != mine:
+            continue
+        name = "driver" if pid == mine else kind
+        totals[name] = totals.get(name, 0.0) + used
+    return totals
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> str:
+    """``after - before`` by kind, largest first, and the total."""
+    spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    parts = [f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v > 0.005]
+    return f"CPU s: {', '.join(parts)} (total {sum(spent.values()):.2f})"

@@ -6,8 +6,9 @@
 For each rate and each server (a fresh nsqd each time, Go's and ours alternating), one producer
 process sends PUBs paced in 1 ms ticks (each body carries the send time), and one consumer
 process (SUB, RDY 2500, a FIN per message) records receive time minus send time. The first
-0.5 s is warm-up. Prints p50 / p99 / max per run and a table. Both processes are raw sockets
-in Python, the same for both servers; their own overhead is part of every figure.
+0.5 s is warm-up. Prints p50 / p99 / max per run and a table. ``--channels N`` gives the topic
+N channels (fan-out); the consumer reads one, the others fill up in memory. Both processes are
+raw sockets in Python, the same for both servers; their own overhead is part of every figure.
 """
 
 from __future__ import annotations
@@ -127,7 +128,9 @@ def run_once(server: Server, rate: int, args: argparse.Namespace) -> dict[str, f
     try:
         topic = "latency"
         server.post(f"/topic/create?topic={topic}")
-        server.post(f"/channel/create?topic={topic}&channel=ch")
+        for index in range(args.channels):  # the consumer reads "ch"; the others fill up
+            name = "ch" if index == 0 else f"ch{index}"
+            server.post(f"/channel/create?topic={topic}&channel={name}")
         ctx = mp.get_context("fork")
         ready, start, results = ctx.Event(), ctx.Event(), ctx.Queue()
         runfor = parse_seconds(args.runfor)
@@ -166,6 +169,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--rdy", type=int, default=2500)
     parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument(
+        "--channels", type=int, default=1, help="channels on the topic (fan-out); one is read"
+    )
     args = parser.parse_args(argv)
     commands_by_kind = {
         "go": [args.go_nsqd],
@@ -186,7 +192,10 @@ def main(argv: list[str]) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-    print(f"\nPUB -> delivery latency, {args.size} B, RDY {args.rdy}, one consumer, medians of ")
+    print(
+        f"\nPUB -> delivery latency, {args.size} B, RDY {args.rdy}, {args.channels} channel(s), "
+        "one consumer (on channel ch), medians of "
+    )
     print(f"{args.trials} runs of {args.runfor} (after {WARMUP} s warm-up)")
     print("| rate | Go p50 | Go p99 | nsqpy p50 | nsqpy p99 |")
     print("|---|---|---|---|---|")

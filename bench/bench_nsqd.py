@@ -16,6 +16,10 @@ first), pre-creates the topic and channel over HTTP, runs Go's ``bench_writer`` 
 gives every trial and the ratio of the medians. ``--loop asyncio`` runs our nsqd on asyncio's
 own loop instead of uvloop.
 
+``--channels N`` pre-creates N channels (fan-out); the reader reads channel ``ch``, or with
+``--readers all`` one ``bench_reader`` per channel runs at once (``GOMAXPROCS=1`` each) and SUB
+is the sum of their rates: messages delivered across all channels per second.
+
 ``--connections N`` runs Go's ``bench_reader`` with ``GOMAXPROCS=N``: it opens one consumer
 connection per GOMAXPROCS (Go 1.19's runtime takes any positive value), so N connections share
 the channel. Without ``--rdy`` each gets RDY ``max(5, 2500 // N)``: the total in flight stays
@@ -161,23 +165,57 @@ def go_tool(bench_dir: str, name: str, args: list[str], procs: int | None = None
     return float(match.group(1))
 
 
+def channel_names(count: int) -> list[str]:
+    """The bench's channels: the single reader reads "ch"; the others are ch1, ch2, ..."""
+    return ["ch" if index == 0 else f"ch{index}" for index in range(count)]
+
+
+def read_channels(bench_dir: str, reader: list[str], names: list[str]) -> float:
+    """``--readers all``: one bench_reader (GOMAXPROCS=1: one connection) per channel, all at
+    once; the sum of their rates is the messages delivered across all channels per second."""
+    env = dict(os.environ, GOMAXPROCS="1")
+    procs = [
+        subprocess.Popen(
+            [str(Path(bench_dir) / "bench_reader"), *reader, f"--channel={name}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for name in names
+    ]
+    total = 0.0
+    for proc in procs:
+        output, _ = proc.communicate(timeout=600)
+        match = _OPS.search(output)
+        if proc.returncode != 0 or match is None:
+            raise RuntimeError(f"bench_reader failed:\n{output}")
+        total += float(match.group(1))
+    return total
+
+
 def go_trial(server: Server, args: argparse.Namespace) -> Trial:
     server.start()
     try:
         server.post(f"/topic/create?topic={args.topic}")
-        for index in range(args.channels):  # the reader reads "ch"; the rest only fill up
-            name = "ch" if index == 0 else f"ch{index}"
+        names = channel_names(args.channels)
+        for name in names:
             server.post(f"/channel/create?topic={args.topic}&channel={name}")
         shared = [f"--nsqd-tcp-address=127.0.0.1:{server.tcp}", f"--size={args.size}"]
         shared.append(f"--topic={args.topic}")
         writer = [*shared, f"--runfor={args.writer_runfor}", f"--batch-size={args.batch_size}"]
-        reader = [*shared, f"--runfor={args.runfor}", f"--rdy={args.rdy}", "--channel=ch"]
+        reader = [*shared, f"--runfor={args.runfor}", f"--rdy={args.rdy}"]
         before = cpu_seconds(server.pid)
         pub = go_tool(args.go_bench_dir, "bench_writer", writer)
         middle = cpu_seconds(server.pid)
-        sub = go_tool(args.go_bench_dir, "bench_reader", reader, args.connections)
+        if args.readers == "all":
+            sub = read_channels(args.go_bench_dir, reader, names)
+        else:
+            reader.append("--channel=ch")
+            sub = go_tool(args.go_bench_dir, "bench_reader", reader, args.connections)
         after = cpu_seconds(server.pid)
-        drained = server.channel_depth(args.topic, "ch") == 0
+        read = names if args.readers == "all" else ["ch"]
+        drained = any(server.channel_depth(args.topic, name) == 0 for name in read)
         rss = peak_rss_mb(server.pid)
     finally:
         server.stop()
@@ -239,7 +277,8 @@ def print_table(results: dict[str, list[Trial]], args: argparse.Namespace) -> No
 
     print(
         f"\nGo's bench_writer/bench_reader, {args.size} B, MPUB {args.batch_size}, "
-        f"RDY {args.rdy}, {args.trials} x {args.runfor}, {args.channels} channel(s), "
+        f"RDY {args.rdy}, {args.trials} x {args.runfor}, {args.channels} channel(s) "
+        f"(SUB read from {'every channel' if args.readers == 'all' else 'channel ch'}), "
         f"--mem-queue-size={args.mem_queue_size}, nsqpy on {args.loop}, "
         f"{args.connections or 'one per core'} consumer connection(s)"
     )
@@ -297,6 +336,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--topic", default="sub_bench")
     parser.add_argument("--channels", type=int, default=1, help="channels pre-created (fan-out)")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument(
+        "--readers",
+        choices=["one", "all"],
+        default="one",
+        help="bench_reader on channel ch only, or one per channel at once (SUB = their sum)",
+    )
     parser.add_argument(
         "--connections",
         type=int,

@@ -37,7 +37,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _spark_common import channel_depth, fill, load, make_topic, parquet_rows, rate
+from _spark_common import (
+    channel_depth,
+    cpu_seconds,
+    cpu_used,
+    fill,
+    load,
+    make_topic,
+    parquet_rows,
+    rate,
+)
 from nsqpy.client import Producer
 from nsqpy.pipeline.local import LocalNSQ
 
@@ -139,9 +148,11 @@ def noop_writer_source() -> type:
 # ---------------------------------------------------------------------- streaming runs
 
 
-def run_to_parquet(df: Any, work: Path, name: str) -> tuple[float, list[Any], int]:
-    """Run ``df`` into Parquet with AvailableNow; (seconds, non-empty progress, rows out)."""
+def run_to_parquet(df: Any, work: Path, name: str) -> tuple[float, list[Any], int, str]:
+    """Run ``df`` into Parquet with AvailableNow; (seconds, non-empty progress, rows out,
+    CPU seconds by process)."""
     out = work / f"{name}-out"
+    cpu_before = cpu_seconds()
     started = time.perf_counter()
     query = (
         df.writeStream.format("parquet")
@@ -152,10 +163,11 @@ def run_to_parquet(df: Any, work: Path, name: str) -> tuple[float, list[Any], in
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
+    cpu = cpu_used(cpu_before, cpu_seconds())
     if query.exception() is not None:
         raise RuntimeError(f"{name}: query failed: {query.exception()}")
     batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    return elapsed, batches, parquet_rows(out)
+    return elapsed, batches, parquet_rows(out), cpu
 
 
 def steady_state(batches: list[Any]) -> tuple[int, float]:
@@ -177,12 +189,13 @@ def durations(batches: list[Any]) -> str:
     return f"per batch: triggerExecution {total:.0f} ms = " + ", ".join(parts)
 
 
-def report_stream(label: str, elapsed: float, batches: list[Any], rows: int) -> float:
+def report_stream(label: str, elapsed: float, batches: list[Any], rows: int, cpu: str) -> float:
     steady_rows, steady_s = steady_state(batches)
     print(f"{label} ({len(batches)} micro-batches)  {load()}", flush=True)
     print(f"  whole query          {rate(rows, elapsed, 'msgs')}", flush=True)
     print(f"  after the 1st batch  {rate(steady_rows, steady_s, 'msgs')}", flush=True)
     print(f"  {durations(batches)}", flush=True)
+    print(f"  whole query's {cpu}", flush=True)
     return steady_rows / steady_s if steady_s else 0.0
 
 
@@ -195,18 +208,53 @@ def profiled(directory: str | None, name: str) -> Iterator[None]:
     out = Path(directory) / f"{name}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
-    command = [spy_bin, "record", "--subprocesses", "--idle", "-r", "100", "-f", "raw"]
-    spy = subprocess.Popen(
-        [*command, "-o", str(out), "-p", str(os.getpid())],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [spy_bin, "record", "--idle", "-r", "100", "-f", "raw"]
+    # py-spy's --subprocesses missed the driver -> JVM -> pyspark.daemon chain: every Python
+    # process below this one (nsqd, the daemon with its forked workers) gets its own py-spy
+    targets = {
+        os.getpid(): out,
+        **{pid: out.with_name(f"{name}-{pid}.txt") for pid in _python_descendants()},
+    }
+    follow = ["--subprocesses"]  # a pyspark.daemon forks its workers
+    spies = [
+        subprocess.Popen(
+            [*command, *(follow if pid != os.getpid() else []), "-o", str(path), "-p", str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid, path in targets.items()
+    ]
     time.sleep(1.0)  # py-spy attaches
     try:
         yield
     finally:
-        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
-        spy.wait(30)
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        for spy in spies:
+            spy.wait(30)
+
+
+def _python_descendants() -> list[int]:
+    """Python processes below this one, outermost first (a forked child is not listed
+    when its parent is, as ``--subprocesses`` covers it)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int(stat.parent.name)
+            parents[pid] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            commands[pid] = (stat.parent / "cmdline").read_bytes().decode(errors="replace")
+    found: list[int] = []
+
+    def walk(pid: int, covered: bool) -> None:
+        for child in sorted(p for p, parent in parents.items() if parent == pid):
+            is_python = "python" in commands.get(child, "") and "py-spy" not in commands[child]
+            if is_python and not covered:
+                found.append(child)
+            walk(child, covered or is_python)
+
+    walk(os.getpid(), False)
+    return found
 
 
 # ---------------------------------------------------------------------- the benchmark
@@ -293,8 +341,8 @@ def run_spark(args: argparse.Namespace, nsq: LocalNSQ, work: Path, count: int) -
         }
         df = spark.readStream.format("nsq").options(**options).load()
         with profiled(args.profile, "source"):
-            elapsed, batches, archived = run_to_parquet(df, work, "ours")
-        ours = report_stream("OURS: format('nsq') -> Parquet", elapsed, batches, archived)
+            elapsed, batches, archived, cpu = run_to_parquet(df, work, "ours")
+        ours = report_stream("OURS: format('nsq') -> Parquet", elapsed, batches, archived, cpu)
         for name, value in (("floor", floor), ("python floor", pyfloor)):
             if value:
                 print(f"  steady state / {name}: {ours / value:.2f}x", flush=True)
@@ -317,26 +365,38 @@ def run_sink(spark: Any, args: argparse.Namespace, nsq: LocalNSQ, out: Path, cou
     # the write path's Python workers and imports ready before the timing, as the Producer's are
     warm = bodies.limit(1000).write.format("nsq").option("lookupd", nsq.lookupd_http)
     warm.option("topic", "bench_warm").mode("append").save()
+    # and the JVM's side (cached rows -> Arrow -> Python worker) compiled by the JIT over all
+    # the rows, as the floor's warm-up write does for the Parquet path
+    spark.dataSource.register(noop_writer_source())
+    bodies.write.format("benchnoop").mode("append").save()
+    cpu_before = cpu_seconds()
     started = time.perf_counter()
     writer = bodies.write.format("nsq").option("lookupd", nsq.lookupd_http)
     writer = writer.option("topic", "bench_out").option("batchSize", str(args.sink_batch))
     with profiled(args.profile, "sink"):
         writer.mode("append").save()
     sink_s = time.perf_counter() - started
+    sink_cpu = cpu_used(cpu_before, cpu_seconds())
     published = channel_depth(nsq, "bench_out", "check")
     print(f"SINK: df.write.format('nsq') ({cores} partitions)  {load()}", flush=True)
     print(f"  sink                 {rate(published, sink_s, 'rows')}", flush=True)
+    print(f"    {sink_cpu}", flush=True)
 
-    spark.dataSource.register(noop_writer_source())
+    cpu_before = cpu_seconds()
     started = time.perf_counter()
     bodies.write.format("benchnoop").mode("append").save()
     noop_s = time.perf_counter() - started
+    noop_cpu = cpu_used(cpu_before, cpu_seconds())
     print(f"  Spark's Python writer, discarding rows  {rate(count, noop_s, 'rows')}", flush=True)
+    print(f"    {noop_cpu}", flush=True)
 
     rows = ds.dataset(str(out), format="parquet").to_table(columns=["body"])["body"].to_pylist()
+    cpu_before = cpu_seconds()
     producer_s = asyncio.run(publish_with_producer(nsq.nsqd_tcp, rows, args.sink_batch))
+    producer_cpu = cpu_used(cpu_before, cpu_seconds())
     produced = channel_depth(nsq, "bench_prod", "check")
     print(f"  Producer, 1 process  {rate(produced, producer_s, 'rows')}  {load()}", flush=True)
+    print(f"    {producer_cpu}", flush=True)
     print(f"  sink / Producer: {producer_s / sink_s:.2f}x", flush=True)
     print(f"  Python writer (no NSQ) / Producer: {producer_s / noop_s:.2f}x", flush=True)
     if published != count or produced != count:

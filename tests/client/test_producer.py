@@ -184,6 +184,16 @@ async def test_concurrent_publishes_share_one_connection(nsqd: DaemonProcess) ->
     assert topic_stats(nsqd, "many") == {"message_count": 1100, "depth": 1100}
 
 
+async def test_pre_framed_mpub_publishes_every_message(nsqd: DaemonProcess) -> None:
+    bodies = [b"one", b"two!", b"x" * 300]
+    framed = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+    async with Producer(tcp(nsqd)) as producer:
+        await producer.multi_publish_encoded("framed", len(bodies), memoryview(framed))
+        with pytest.raises(ValueError):  # fewer bytes than the count's size words
+            await producer.multi_publish_encoded("framed", 4, framed[:12])
+    assert topic_stats(nsqd, "framed") == {"message_count": 3, "depth": 3}
+
+
 async def test_deferred_publish_arrives_after_the_delay(nsqd: DaemonProcess) -> None:
     arrived: list[float] = []
     consumer = Consumer(

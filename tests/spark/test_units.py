@@ -190,3 +190,20 @@ def test_unreadable_staged_file_is_reported(tmp_path: Path) -> None:
     staging.file("t1-a-r0").write_bytes(b"not arrow")
     with pytest.raises(StagingError, match="unreadable"):
         staging.load("t1-a-r0")
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary()])
+def test_mpubs_framed_from_arrow_buffers_equal_the_per_row_framing(kind: pa.DataType) -> None:
+    from nsqpy.protocol.commands import mpub, mpub_encoded
+    from nsqpy.spark.framing import encoded_batches
+
+    bodies = [b"m%d" % i * (i % 7 + 1) for i in range(1, 1003)]
+    column = pa.array(bodies, kind).slice(2)  # a slice: the buffers start at an offset
+    batches, rest = encoded_batches(column, 250)
+    assert [b.count for b in batches] == [250] * 4
+    expected = bodies[2:]
+    for n, batch in enumerate(batches):
+        sent = mpub_encoded("t", batch.count, batch.messages)
+        assert sent == mpub("t", expected[n * 250 : (n + 1) * 250])
+    assert rest.to_pylist() == expected[1000:]
+    assert encoded_batches(column.slice(0, 10), 250) == ([], column.slice(0, 10))

@@ -155,6 +155,15 @@ class Producer:
             raise ValueError("multi_publish needs at least one message")
         await self._send(commands.mpub(topic, bodies))
 
+    async def multi_publish_encoded(
+        self, topic: str, count: int, messages: bytes | memoryview
+    ) -> None:
+        """MPUB of ``count`` messages already framed as ``{BE32(size) body}*``, back to back."""
+        _check_topic(topic)
+        if count < 1 or len(messages) < 4 * count:
+            raise ValueError("multi_publish_encoded needs at least one framed message")
+        await self._send(commands.mpub_encoded(topic, count, messages))
+
     async def deferred_publish(self, topic: str, delay: float, body: bytes) -> None:
         """DPUB: the message becomes visible to channels after ``delay`` seconds."""
         _check_topic(topic)

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from .http_api import RouteHandler
 
@@ -22,11 +23,9 @@ from .http_api import RouteHandler
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class Families:
-    """Metric families keyed by name, created on first use, in a stable order."""
-
-    def __init__(self) -> None:
-        self._families: dict[str, Metric] = {}
+class FamilyBuilder:
+    """What a daemon's metrics module fills: gauges and counters by family name, with labels.
+    :class:`Families` keeps prometheus_client objects; :class:`TextFamilies` writes text."""
 
     def gauge(
         self, name: str, doc: str, labels: Sequence[str], values: Sequence[str], value: float
@@ -38,6 +37,24 @@ class Families:
     ) -> None:
         """A monotonic counter whose series keeps ``name`` as it is (see :func:`exposition`)."""
         self._add("counter", name, doc, labels, values, value)
+
+    def _add(
+        self,
+        kind: str,
+        name: str,
+        doc: str,
+        labels: Sequence[str],
+        values: Sequence[str],
+        value: float,
+    ) -> None:
+        raise NotImplementedError
+
+
+class Families(FamilyBuilder):
+    """Metric families keyed by name, created on first use, in a stable order."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Metric] = {}
 
     def _add(
         self,
@@ -105,3 +122,52 @@ def metrics_handler(registry: CollectorRegistry) -> RouteHandler:
 def bool_label(value: bool) -> str:
     """Labels as Go's strconv.FormatBool (what nsq_exporter puts in ``paused``)."""
     return "true" if value else "false"
+
+
+class TextFamilies(FamilyBuilder):
+    """:class:`Families` written straight to the text format as samples arrive: the same
+    bytes as :func:`exposition` of a registry holding the same families (tests check it),
+    without building Metric and Sample objects, so a daemon can fill it in slices between
+    other work and join it at the end (nsqd's ``/metrics`` with thousands of channels)."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, tuple[str, str, list[str]]] = {}
+        self._label_order: dict[tuple[str, ...], tuple[int, ...]] = {}
+
+    def _add(
+        self,
+        kind: str,
+        name: str,
+        doc: str,
+        labels: Sequence[str],
+        values: Sequence[str],
+        value: float,
+    ) -> None:
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = (kind, doc, [])
+        if not labels:
+            family[2].append(f"{name} {floatToGoString(value)}\n")
+            return
+        names = tuple(labels)
+        order = self._label_order.get(names)
+        if order is None:  # the text format lists labels sorted by name
+            order = self._label_order[names] = tuple(
+                sorted(range(len(names)), key=names.__getitem__)
+            )
+        pairs = ",".join(f'{names[i]}="{_escape_label_value(values[i])}"' for i in order)
+        family[2].append(f"{name}{{{pairs}}} {floatToGoString(value)}\n")
+
+    def exposition(self) -> bytes:
+        out: list[str] = []
+        for name, (kind, doc, lines) in self._families.items():
+            help_text = doc.replace("\\", r"\\").replace("\n", r"\n")
+            out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+            out.extend(lines)
+        return "".join(out).encode()
+
+
+def _escape_label_value(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value

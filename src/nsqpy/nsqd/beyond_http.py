@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from ..internal.http_api import ApiError, RouteHandler, v1_json
-from ..internal.metrics import metrics_handler
 from . import inspect, kick
 from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
 from .http_params import channel_args, existing_topic, first, query
-from .metrics import build_registry
+from .metrics import metrics_route
 from .queue_limits import POLICIES
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def routes(server: HTTPServer) -> list[tuple[str, str, RouteHandler]]:
         ("POST", "/client/kick", handlers.client_kick),
     ]
     if nsqd.options.metrics:
-        out.append(("GET", "/metrics", metrics_handler(build_registry(nsqd))))
+        out.append(("GET", "/metrics", metrics_route(nsqd)))
     if nsqd.options.enable_inspect:
         out += [
             ("GET", "/topic/peek", handlers.topic_peek),

@@ -74,12 +74,14 @@ class Channel:
         "skip_ids",
         "timeout_count",
         "topic",
+        "writes",
     )
 
     def __init__(self, topic: Topic, name: str, nsqd: NSQD, backend: Backend) -> None:
         self.topic = topic
         self.name = name
         self.nsqd = nsqd
+        self.writes = nsqd.writes  # the disk-write side (backend_writes.py)
         self.ephemeral = is_ephemeral(name)
         self.mem_capacity = nsqd.options.mem_queue_size
         self.memory_queue: deque[Message] = deque()
@@ -166,12 +168,14 @@ class Channel:
         client.after_deliveries()
 
     def _take(self, count: int) -> list[Message]:
-        """Up to ``count`` messages from the memory queue, then from the backend."""
+        """Up to ``count`` messages from the memory queue, then from the backend (a message
+        the topic shares between channels becomes this channel's own copy here)."""
         memory_queue = self.memory_queue
         if len(memory_queue) >= count:
             popleft = memory_queue.popleft
-            return [popleft() for _ in range(count)]
-        msgs = list(memory_queue)
+            msgs = [popleft() for _ in range(count)]
+            return [m.copy() if m.shared else m for m in msgs]
+        msgs = [m.copy() if m.shared else m for m in memory_queue]
         memory_queue.clear()
         if self.held_queue is not None:
             return self._take_held(self.held_queue, msgs, count)
@@ -231,7 +235,7 @@ class Channel:
         memory_queue = self.memory_queue
         while client.ready_count > client.in_flight_count and client.ready_count > 0:
             if memory_queue:
-                client.send_message(self, memory_queue.popleft())
+                client.send_message(self, memory_queue.popleft().private())
                 continue
             msgs = self._take(1)
             if not msgs:
@@ -259,7 +263,8 @@ class Channel:
 
     def put_messages(self, msgs: list[Message]) -> None:
         """:meth:`put_message` for a batch: with no consumer ready, one extend of the memory
-        queue and the overflow to the backend, instead of a call chain per message."""
+        queue and the overflow to the backend, instead of a call chain per message. The
+        messages may be shared with the topic's other channels (``Message.shared``)."""
         if self._ready_client() is not None:
             for msg in msgs:
                 self.put_message(msg)
@@ -273,10 +278,7 @@ class Channel:
         if room > 0:
             memory_queue.extend(msgs[:room])
             msgs = msgs[room:]
-        context = f"CHANNEL({self.name})"
-        write = self.nsqd.write_to_backend
-        for msg in msgs:
-            write(self.backend, msg, context, memory_queue)
+        self.writes.write_many_to_backend(self.backend, msgs, f"CHANNEL({self.name})", memory_queue)
 
     def put_message_deferred(self, msg: Message, delay: float) -> None:
         self.message_count += 1
@@ -286,7 +288,7 @@ class Channel:
 
     def _store_deferred(self, queue: DiskQueue, msg: Message) -> None:
         """Held mode: a DPUB's message is on disk for the whole of its deferral."""
-        hold = self.nsqd.write_held(queue, msg, f"CHANNEL({self.name})")
+        hold = self.writes.write_held(queue, msg, f"CHANNEL({self.name})")
         if hold is None:
             self._early[msg.id] = msg
         else:
@@ -332,22 +334,23 @@ class Channel:
                 self.memory_queue.append(msg)
                 self.pump(client)
             else:
-                client.send_message(self, msg)
+                client.send_message(self, msg.private())
                 client.after_deliveries()
             return
         if len(self.memory_queue) < self.mem_capacity:
             self.memory_queue.append(msg)
             return
-        self.nsqd.write_to_backend(self.backend, msg, f"CHANNEL({self.name})", self.memory_queue)
+        self.writes.write_to_backend(self.backend, msg, f"CHANNEL({self.name})", self.memory_queue)
 
     def _put_held(self, queue: DiskQueue, msg: Message) -> None:
         """Held mode: on disk first; held at once when it goes straight to a ready consumer."""
+        msg = msg.private()  # the topic may share it with its other channels
         context = f"CHANNEL({self.name})"
         client = self._ready_client()
         if client is None:
-            self.nsqd.write_to_backend(queue, msg, context, self.memory_queue)
+            self.writes.write_to_backend(queue, msg, context, self.memory_queue)
             return
-        hold = self.nsqd.write_held(queue, msg, context)
+        hold = self.writes.write_held(queue, msg, context)
         if hold is None:  # others wait before it on disk
             self.pump(client)
             return
@@ -537,7 +540,7 @@ class Channel:
             if msg is None:
                 return
             try:
-                self.nsqd.write_to_backend(queue, msg, f"CHANNEL({self.name})", self.memory_queue)
+                self.writes.write_to_backend(queue, msg, f"CHANNEL({self.name})", self.memory_queue)
             except BackendWriteError:
                 return
             self._early[msg.id] = msg
@@ -587,10 +590,10 @@ class Channel:
         """Clean shutdown: keep queued, in-flight and deferred messages in the backend."""
         self.exiting = True
         self.close_clients()
-        stored = self.nsqd.flush_channel_to_backend(self)
+        stored = self.writes.flush_channel_to_backend(self)
         if stored and self.held_queue is not None:
             self.held_queue.release_all()  # every held message was just stored again
-        self.nsqd.close_backend(self.backend, f"CHANNEL({self.name})")
+        self.writes.close_backend(self.backend, f"CHANNEL({self.name})")
 
     def restore_deferred(self, msg: Message, remaining: float) -> None:
         if self.held_queue is not None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol.names import EPHEMERAL_SUFFIX, is_ephemeral, is_valid_name
 from .errors import BackendWriteError
-from .metadata import write_atomically
+from .metadata import read_journal, write_atomically
 from .topic import TopicError
 
 if TYPE_CHECKING:
@@ -198,20 +198,13 @@ class DeadLetters:
 
     def _load_history(self) -> None:
         path = os.path.join(self.nsqd.data_path, HISTORY_FILE)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                lines = handle.readlines()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            self.nsqd.logger.error(f"ignoring {HISTORY_FILE}: {exc}")
-            return
-        for line in lines:
+        entries, line_count = read_journal(path, self.nsqd.logger)
+        for entry in entries:
             try:
-                self._remember(json.loads(line))
+                self._remember(entry)
             except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a crash
-        if len(lines) > 2 * HISTORY_LIMIT:  # compact: keep what is remembered
+                continue  # a line cut short by a crash, or a field of the wrong kind
+        if line_count > 2 * HISTORY_LIMIT:  # compact: keep what is remembered
             data = "".join(json.dumps(e) + "\n" for e in self.history.values()).encode()
             try:
                 write_atomically(path, data)

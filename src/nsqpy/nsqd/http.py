@@ -33,7 +33,14 @@ from .errors import BackendWriteError
 from .http_params import channel_args, existing_topic, first, query
 from .options import Options, max_defer_ms
 from .queue_limits import QueueFullError
-from .stats import get_stats, memory_stats, stats_json, stats_text
+from .stats import (
+    get_stats_sliced,
+    memory_stats,
+    run_sliced,
+    stats_json,
+    stats_json_steps,
+    stats_text_steps,
+)
 from .topic import TopicError
 
 if TYPE_CHECKING:
@@ -78,7 +85,7 @@ class HTTPServer:
     # ------------------------------------------------------------------ basics
 
     async def ping(self, request: web.Request) -> web.Response:
-        health = self.nsqd.health_error
+        health = self.nsqd.writes.health_error
         if self.nsqd.draining:  # nsqpy --drain-timeout: readiness probes see it (drain.py)
             return plain_text("DRAINING", 503)
         if health is not None:
@@ -146,7 +153,7 @@ class HTTPServer:
             raise ApiError(503, "DRAINING")
         msg = topic.new_message(body)
         msg.deferred = delay
-        syncs = self.nsqd.running_syncs()
+        syncs = self.nsqd.writes.running_syncs(topic)
         try:
             topic.put_message(msg)
         except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
@@ -193,9 +200,9 @@ class HTTPServer:
                 bodies.append(line)
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ApiError(503, "DRAINING")
-        syncs = self.nsqd.running_syncs()
+        syncs = self.nsqd.writes.running_syncs(topic)
         try:
-            with self.nsqd.batched_writes():
+            with self.nsqd.writes.batched_writes():
                 topic.put_messages(topic.new_messages(bodies))
         except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
             raise ApiError(503, "QUEUE_FULL") from None
@@ -213,13 +220,20 @@ class HTTPServer:
         channel_name = first(params, "channel") or ""
         include_clients = _BOOL_PARAMS.get(first(params, "include_clients") or "", True)
         include_mem = _BOOL_PARAMS.get(first(params, "include_mem") or "", True)
-        topics, producers = get_stats(self.nsqd, topic_name, channel_name, include_clients)
+        topics, producers = await get_stats_sliced(
+            self.nsqd, topic_name, channel_name, include_clients
+        )
         memory = memory_stats() if include_mem else None
+        # formatting thousands of channels is loop work too: in slices as well (issue 18)
         if not json_format:
-            text = stats_text(self.nsqd, version_line("nsqd"), topics, producers, memory)
-            return v1_text(text)
-        body = stats_json(topics, producers, memory, self.nsqd.health, self.nsqd.start_time)
-        return v1_json(body)
+            text: list[str] = []
+            version = version_line("nsqd")
+            await run_sliced(stats_text_steps(self.nsqd, version, topics, producers, memory, text))
+            return v1_text("".join(text))
+        body = stats_json(topics, producers, memory, self.nsqd.writes.health, self.nsqd.start_time)
+        data: list[bytes] = []
+        await run_sliced(stats_json_steps(body, data))
+        return web.Response(body=data[0], headers={**V1_HEADERS, "Content-Type": JSON_CONTENT_TYPE})
 
     # ------------------------------------------------------------------ topics
 
@@ -245,7 +259,7 @@ class HTTPServer:
             topic.unpause()
         else:
             topic.pause()
-        self.nsqd.persist_metadata()
+        self.nsqd.persistence.persist_metadata()
         return v1_empty()
 
     # ------------------------------------------------------------------ channels
@@ -280,7 +294,7 @@ class HTTPServer:
             channel.unpause()
         else:
             channel.pause()
-        self.nsqd.persist_metadata()
+        self.nsqd.persistence.persist_metadata()
         return v1_empty()
 
     # ------------------------------------------------------------------ config

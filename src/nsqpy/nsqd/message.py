@@ -18,9 +18,17 @@ if TYPE_CHECKING:
     from .client_v2 import ClientV2
     from .read_holds import Hold
 
+_new_message = object.__new__
+
 
 class Message:
-    """One message in one channel (each channel gets its own copy from the topic)."""
+    """One message in one channel (each channel gets its own copy from the topic).
+
+    A topic with several channels puts the *same* object, marked ``shared``, in every
+    channel's memory queue (one object and one body for all of them); a channel takes its own
+    copy (:meth:`private`) when the message leaves the queue to be delivered or deferred, as
+    attempts, timeouts and the owning client are per channel.
+    """
 
     __slots__ = (
         "attempts",
@@ -32,6 +40,7 @@ class Message:
         "hold",
         "id",
         "pri",
+        "shared",
         "timestamp",
     )
 
@@ -47,11 +56,19 @@ class Message:
         self.group: dict[bytes, Message] | None = None  # the in-flight group holding it
         # its record in the channel's disk queue, kept until it is finished (read_holds.py)
         self.hold: Hold | None = None
+        self.shared = False  # queued in several channels at once: never mutate, copy first
 
     def copy(self) -> Message:
-        clone = Message(self.id, self.body, self.timestamp, self.attempts)
+        """A new message with this one's ID, body (shared bytes), timestamp, attempts and
+        deferral, and none of its delivery state (a channel makes one per delivered message of
+        a topic with several channels)."""
+        clone = _build(self.id, self.body, self.timestamp, self.attempts)
         clone.deferred = self.deferred
         return clone
+
+    def private(self) -> Message:
+        """This message for one channel to own: itself, or a copy if it is shared."""
+        return self.copy() if self.shared else self
 
     def encode(self) -> bytes:
         """The wire and disk encoding: ``BE64 ts, BE16 attempts, 16-byte id, body``."""
@@ -69,4 +86,22 @@ def message_from_bytes(data: bytes) -> Message:
         decode_message(data)  # raises the decoder's error
     timestamp, attempts = MESSAGE_HEADER.unpack_from(data, 0)
     msg_id = bytes(data[ID_START:MESSAGE_HEADER_LENGTH])
-    return Message(msg_id, bytes(data[MESSAGE_HEADER_LENGTH:]), timestamp, attempts)
+    return _build(msg_id, bytes(data[MESSAGE_HEADER_LENGTH:]), timestamp, attempts)
+
+
+def _build(msg_id: bytes, body: bytes, timestamp: int, attempts: int) -> Message:
+    """``Message(...)`` without the ``__init__`` call: the per-message paths (a copy per
+    channel, a decode per record read back from disk) make millions of them."""
+    msg = _new_message(Message)
+    msg.id = msg_id
+    msg.body = body
+    msg.timestamp = timestamp
+    msg.attempts = attempts
+    msg.deferred = 0.0
+    msg.client = None
+    msg.delivery_ts = 0.0
+    msg.pri = 0.0
+    msg.group = None
+    msg.hold = None
+    msg.shared = False
+    return msg

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import NSQ_VERSION
 
 if TYPE_CHECKING:
+    from ..internal.lg import Logger
     from .topic import Topic
 
 METADATA_FILE = "nsqd.dat"
@@ -49,6 +50,26 @@ def snapshot(topics: list[Topic]) -> bytes:
         entries.append({"name": topic.name, "paused": topic.paused, "channels": channels or None})
     body = {"topics": entries or None, "version": NSQ_VERSION}
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def read_journal(path: str, logger: Logger) -> tuple[list[Any], int]:
+    """The entries of an nsqpy JSON-lines side file and its line count, skipping a line a crash
+    cut short; nothing when the file is missing, and nothing (logged) when it is unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.readlines()
+    except FileNotFoundError:
+        return [], 0
+    except OSError as exc:
+        logger.error(f"ignoring {os.path.basename(path)}: {exc}")
+        return [], 0
+    entries = []
+    for line in lines:
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    return entries, len(lines)
 
 
 def write_atomically(path: str, data: bytes) -> None:

@@ -1,8 +1,9 @@
 """nsqd's Prometheus ``/metrics`` (nsqpy addition; docs/beyond-go.md).
 
-Built at scrape time from the same figures as ``/stats`` (``stats.get_stats``), so nothing is
-counted per message for it; only the TCP byte totals are its own (``NSQD.tcp_bytes``: one add
-per read or write call of a connection).
+Built at scrape time from the same figures as ``/stats`` (``stats.get_stats_sliced``), so
+nothing is counted per message for it; only the TCP byte totals are its own
+(``NSQD.tcp_bytes``: one add per read or write call of a connection). The figures are read and
+the text written (``internal.metrics.TextFamilies``) in slices between other loop work.
 
 Names and labels follow lovoo/nsq_exporter (``nsq_topic_*`` with ``type, topic, paused``;
 ``nsq_channel_*`` with ``type, topic, channel, paused``; ``nsq_client_*``), so dashboards built
@@ -13,15 +14,19 @@ counter of the same name (``# TYPE nsq_topic_message_count counter``; internal/m
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
+from aiohttp import web
 
-from ..internal.metrics import Families, bool_label, new_registry
+from ..internal.http_api import RouteHandler
+from ..internal.metrics import CONTENT_TYPE, Families, TextFamilies, bool_label
 from ..protocol.names import is_ephemeral
-from .stats import get_stats
+from .stats import get_stats_sliced, run_sliced
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .nsqd import NSQD
 
 TOPIC_LABELS = ("type", "topic", "paused")
@@ -68,15 +73,30 @@ _CLIENT_COUNTERS = (
 )
 
 
-def build_registry(nsqd: NSQD) -> CollectorRegistry:
-    return new_registry(lambda families: collect(nsqd, families))
+def metrics_route(nsqd: NSQD) -> RouteHandler:
+    """``GET /metrics`` that never holds the loop long (issue 18): the figures are read and
+    the text is written in slices of about ``stats.SNAPSHOT_SLICE`` between other work."""
+
+    async def handle(request: web.Request) -> web.Response:
+        topics, _ = await get_stats_sliced(nsqd, "", "", include_clients=True)
+        process = process_figures(nsqd, len(topics or []))
+        out = TextFamilies()
+        exclude = nsqd.options.metrics_exclude_ephemeral
+        await run_sliced(fill_steps(process, topics or [], exclude, out))
+        return web.Response(body=out.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
+    return handle
 
 
-def collect(nsqd: NSQD, out: Families) -> None:
-    exclude_ephemeral = nsqd.options.metrics_exclude_ephemeral
-    topics, _ = get_stats(nsqd, "", "", include_clients=True)
-    process_metrics(nsqd, out, len(topics or []))
-    for topic in topics or []:
+def fill_steps(
+    process: ProcessFigures,
+    topics: list[dict[str, Any]],
+    exclude_ephemeral: bool,
+    out: Families | TextFamilies,
+) -> Iterator[None]:
+    """The families from figures already read, yielding after each channel."""
+    process_metrics(process, out)
+    for topic in topics:
         name = topic["topic_name"]
         if exclude_ephemeral and is_ephemeral(name):
             continue
@@ -85,26 +105,52 @@ def collect(nsqd: NSQD, out: Families) -> None:
             if exclude_ephemeral and is_ephemeral(channel["channel_name"]):
                 continue
             channel_metrics(name, channel, out)
+            yield
 
 
-def process_metrics(nsqd: NSQD, out: Families, topic_count: int) -> None:
-    out.gauge(
-        "nsq_uptime_seconds", "Seconds since nsqd started", (), (), time.time() - nsqd.start_time
-    )
-    out.gauge(
-        "nsq_health", "1 if nsqd is healthy (/ping OK), else 0", (), (), nsqd.health_error is None
-    )
-    out.gauge("nsq_draining", "1 while nsqd drains before shutting down", (), (), nsqd.draining)
-    out.gauge("nsq_client_connections", "Open TCP client connections", (), (), len(nsqd.clients))
-    out.gauge("nsq_topic_count", "Number of topics", (), (), topic_count)
+@dataclass(frozen=True)
+class ProcessFigures:
+    uptime: float
+    healthy: bool
+    draining: bool
+    connections: int
+    topic_count: int
+    bytes_received: int
+    bytes_sent: int
+
+
+def process_figures(nsqd: NSQD, topic_count: int) -> ProcessFigures:
     received, sent = nsqd.tcp_bytes()
-    out.counter(
-        "nsq_tcp_bytes_received", "Bytes read from TCP client connections", (), (), received
+    return ProcessFigures(
+        time.time() - nsqd.start_time,
+        nsqd.writes.health_error is None,
+        nsqd.draining,
+        len(nsqd.clients),
+        topic_count,
+        received,
+        sent,
     )
-    out.counter("nsq_tcp_bytes_sent", "Bytes written to TCP client connections", (), (), sent)
 
 
-def topic_metrics(topic: dict[str, Any], out: Families) -> None:
+def process_metrics(process: ProcessFigures, out: Families | TextFamilies) -> None:
+    out.gauge("nsq_uptime_seconds", "Seconds since nsqd started", (), (), process.uptime)
+    out.gauge("nsq_health", "1 if nsqd is healthy (/ping OK), else 0", (), (), process.healthy)
+    out.gauge("nsq_draining", "1 while nsqd drains before shutting down", (), (), process.draining)
+    out.gauge("nsq_client_connections", "Open TCP client connections", (), (), process.connections)
+    out.gauge("nsq_topic_count", "Number of topics", (), (), process.topic_count)
+    out.counter(
+        "nsq_tcp_bytes_received",
+        "Bytes read from TCP client connections",
+        (),
+        (),
+        process.bytes_received,
+    )
+    out.counter(
+        "nsq_tcp_bytes_sent", "Bytes written to TCP client connections", (), (), process.bytes_sent
+    )
+
+
+def topic_metrics(topic: dict[str, Any], out: Families | TextFamilies) -> None:
     labels = ("topic", topic["topic_name"], bool_label(topic["paused"]))
     out.gauge(
         "nsq_topic_channel_count",
@@ -133,7 +179,7 @@ def topic_metrics(topic: dict[str, Any], out: Families) -> None:
     e2e_metrics("nsq_topic", TOPIC_LABELS, labels, topic["e2e_processing_latency"], out)
 
 
-def channel_metrics(topic_name: str, channel: dict[str, Any], out: Families) -> None:
+def channel_metrics(topic_name: str, channel: dict[str, Any], out: Families | TextFamilies) -> None:
     labels = ("channel", topic_name, channel["channel_name"], bool_label(channel["paused"]))
     for key, name, doc in _CHANNEL_GAUGES:
         out.gauge(f"nsq_channel_{name}", doc, CHANNEL_LABELS, labels, channel[key])
@@ -154,7 +200,9 @@ def channel_metrics(topic_name: str, channel: dict[str, Any], out: Families) -> 
         client_metrics(topic_name, channel["channel_name"], client, out)
 
 
-def client_metrics(topic: str, channel: str, client: dict[str, Any], out: Families) -> None:
+def client_metrics(
+    topic: str, channel: str, client: dict[str, Any], out: Families | TextFamilies
+) -> None:
     labels = (
         topic,
         channel,
@@ -177,7 +225,7 @@ def queue_limit_metrics(
     label_names: tuple[str, ...],
     labels: tuple[str, ...],
     stats: dict[str, Any],
-    out: Families,
+    out: Families | TextFamilies,
 ) -> None:
     """nsqd --max-queue-bytes (queue_limits.py): only for queues with a cap or counts."""
     if "max_queue_bytes" not in stats:
@@ -217,7 +265,7 @@ def e2e_metrics(
     label_names: tuple[str, ...],
     labels: tuple[str, ...],
     e2e: dict[str, Any],
-    out: Families,
+    out: Families | TextFamilies,
 ) -> None:
     """``--e2e-processing-latency-percentile`` results, in seconds, one series per quantile."""
     for item in e2e["percentiles"] or []:

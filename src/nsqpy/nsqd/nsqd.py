@@ -1,14 +1,15 @@
-"""NSQD: owns topics, clients and listeners; a library object with a thin command line."""
+"""NSQD: owns topics, clients and listeners; a library object with a thin command line.
+
+Its disk-write side (overflow writes, fsyncs, health) is ``BackendWrites`` (backend_writes.py)
+and what it keeps in the data path besides the queues is ``Persistence`` (persistence.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import os
 import socket
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .. import version_line
@@ -23,18 +24,18 @@ from ..internal.net import (
     log_open_files_limit,
 )
 from ..protocol import MESSAGE_HEADER_LENGTH, is_valid_name
-from . import deferred_store, metadata
+from . import metadata
 from .auth import AuthClient, Authenticator
 from .backend import Backend, NullBackend
+from .backend_writes import BackendWrites
 from .channel import Channel
 from .client_v2 import ClientV2
 from .dead_letter import DeadLetters, validate_beyond_options
-from .deferred_store import DeferredRecord
-from .diskqueue import DiskQueue, DiskQueueError, queue_names
-from .errors import BackendWriteError
+from .diskqueue import DiskQueue
 from .identify import apply_identify, negotiate
 from .lookup import LookupPeers, nsqd_identity
 from .options import HOSTNAME, Options
+from .persistence import Persistence
 from .protocol_v2 import ProtocolV2
 from .queue_limits import QueueLimits, validate_queue_options
 from .stats import E2EStream
@@ -43,14 +44,8 @@ from .tls import build_server_context, tls_protocol_factory
 from .topic import Topic, TopicError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
-
     from aiohttp import web
     from OpenSSL import SSL
-
-    from ..protocol.errors import ProtocolError
-    from .message import Message
-    from .read_holds import Hold
 
 
 class NSQDError(Exception):
@@ -58,11 +53,6 @@ class NSQDError(Exception):
 
 
 INSTANTIATE = "failed to instantiate nsqd - "
-
-
-# faults (issue 14): the client errors a failing backend causes, summarised under one key
-_WRITE_FAILURE_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
-_REFUSED_WRITES = "refused-writes"
 
 
 class NSQD:
@@ -74,13 +64,12 @@ class NSQD:
         self.clients: dict[int, ClientV2] = {}
         self.closed_bytes_received = 0  # wire bytes of connections that have gone (/metrics)
         self.closed_bytes_sent = 0
-        self.protocol = ProtocolV2(self)
         self.start_time = int(time.time())
-        self.health_error: str | None = None
         # faults (issue 14): repeating failures said once then summarised; descriptor reserve
         self.fault_log = lg.RepeatSummary(self.logger)
+        self.writes = BackendWrites(self)  # overflow writes, fsyncs, health (backend_writes.py)
+        self.protocol = ProtocolV2(self)
         self._admission: Admission | None = None
-        self._metadata_retry = 0.0  # seconds before retrying a failed nsqd.dat write
         self.exiting = False
         self.tcp_port = 0
         self.http_port = 0
@@ -94,14 +83,7 @@ class NSQD:
         self._stopped = asyncio.Event()
         self.data_path = options.data_path or os.getcwd()
         self._dir_lock = metadata.DirLock(self.data_path)
-        self._loading = False
-        self._persist_scheduled = False
-        # One worker keeps metadata writes (and their fsync) ordered and off the event loop.
-        self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nsqd-io")
-        self._persisting: asyncio.Future[OSError | None] | None = None
-        self._deferred_records: dict[str, DeferredRecord] = {}
-        self._syncing: dict[DiskQueue, asyncio.Task[None]] = {}
-        self._write_batch: dict[Backend, tuple[deque[Message], list[Message]]] | None = None
+        self.persistence = Persistence(self)  # nsqd.dat, deferred messages (persistence.py)
         self.lookup: LookupPeers | None = None
         self.tls_context: SSL.Context | None = None
         self.auth = Authenticator(None, self.logger)
@@ -191,11 +173,11 @@ class NSQD:
         self.dead_letters.load()  # nsqpy: per-channel settings before channels exist
         self.queue_limits.load()
         try:
-            self.load_metadata()
+            self.persistence.load_metadata()
         except ValueError as exc:
             raise NSQDError(f"failed to load metadata - {exc}") from None
-        self._write_metadata_now()
-        self.restore_deferred()
+        self.persistence.write_metadata_now()
+        self.persistence.restore_deferred()
         self.tcp_listen = format_address(tcp_sock.getsockname())
         self._admission = Admission(self.logger)  # faults (issue 14): descriptor reserve
         if tcp_sock.family == socket.AF_UNIX:
@@ -216,7 +198,7 @@ class NSQD:
         if self.tls_context is not None and opts.https_address:
             await self._start_https(opts.https_address)
         self._tasks.append(self.loop.create_task(self._queue_scan_loop()))
-        self._tasks.append(self.loop.create_task(self._sync_loop()))
+        self._tasks.append(self.loop.create_task(self.writes.sync_loop()))
         await self._start_lookup()
         if opts.statsd_address:
             self._tasks.append(self.loop.create_task(StatsdPusher(self).run()))
@@ -294,18 +276,16 @@ class NSQD:
             self._https_server.close()
             await self._https_runner.cleanup()
         await self.auth.close()
-        if self._persisting is not None:
-            await self._persisting
-        self._write_metadata_now()
+        await self.persistence.write_metadata_last()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for topic in list(self.topics.values()):
             topic.close()
-        self._save_deferred()
+        self.persistence.save_deferred()
         self.dead_letters.close()
         self.queue_limits.shutdown()
-        self._io.shutdown(wait=True)
+        self.persistence.close()
         self._dir_lock.unlock()
         if self._admission is not None:
             self._admission.close()
@@ -324,7 +304,7 @@ class NSQD:
             self.topics[name] = topic
             self.logger.info(f"TOPIC({name}): created")
             self.topic_created(topic)
-            if not self._loading and self.lookup is not None and self.lookup.addresses:
+            if not self.persistence.loading and self.lookup is not None and self.lookup.addresses:
                 topic.started = False
                 task = self.loop.create_task(self._precreate_channels(topic))
                 self._starting[name] = task
@@ -340,6 +320,11 @@ class NSQD:
                     topic.get_channel(name)
         finally:
             topic.start()
+
+    def topic_starting(self, topic: Topic) -> tuple[asyncio.Task[None], ...]:
+        """The channel pre-creation a new topic's first command must wait for, if any."""
+        task = self._starting.get(topic.name) if self._starting else None
+        return (task,) if task is not None else ()
 
     def get_existing_topic(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -390,24 +375,12 @@ class NSQD:
             queues.extend(channel.backend for channel in topic.channels.values())
         return queues
 
-    async def _sync_loop(self) -> None:
-        """fsync disk queues when --sync-timeout has passed with activity (in worker threads);
-        every sync is tracked, so publishes are acknowledged after the ones under way."""
-        interval = max(0.001, min(self.options.sync_timeout, 0.1))
-        while True:
-            await asyncio.sleep(interval)
-            for queue in self.backends():
-                if not isinstance(queue, DiskQueue) or queue in self._syncing:
-                    continue
-                if queue.sync_due():
-                    self._start_sync(queue)
-
     # ------------------------------------------------------------------ notifications
 
     def topic_created(self, topic: Topic) -> None:
         self._notify_lookupd(topic.name, None, register=True)
         if not topic.ephemeral:
-            self.persist_metadata()
+            self.persistence.persist_metadata()
 
     def topic_deleted(self, topic: Topic) -> None:
         self._notify_lookupd(topic.name, None, register=False)
@@ -415,12 +388,12 @@ class NSQD:
             self.dead_letters.forget(topic.name)
         self.queue_limits.forget(topic.name)
         if not topic.ephemeral:
-            self.persist_metadata()
+            self.persistence.persist_metadata()
 
     def channel_created(self, topic: Topic, channel: Channel) -> None:
         self._notify_lookupd(topic.name, channel.name, register=True)
         if not channel.ephemeral and not topic.ephemeral:
-            self.persist_metadata()
+            self.persistence.persist_metadata()
 
     def channel_deleted(self, topic: Topic, channel: Channel) -> None:
         self._notify_lookupd(topic.name, channel.name, register=False)
@@ -428,7 +401,7 @@ class NSQD:
             self.dead_letters.forget(topic.name, channel.name)
         self.queue_limits.forget(topic.name, channel.name)
         if not channel.ephemeral and not topic.ephemeral:
-            self.persist_metadata()
+            self.persistence.persist_metadata()
 
     # ------------------------------------------------------------------ nsqlookupd
 
@@ -472,346 +445,6 @@ class NSQD:
     def lookupd_addresses_changed(self) -> None:
         if self.lookup is not None:
             self.lookup.set_addresses(self.options.nsqlookupd_tcp_addresses)
-
-    # ------------------------------------------------------------------ metadata
-
-    @property
-    def metadata_path(self) -> str:
-        return os.path.join(self.data_path, metadata.METADATA_FILE)
-
-    def load_metadata(self) -> None:
-        """Recreate topics, channels and pause state from ``nsqd.dat``."""
-        self._loading = True
-        try:
-            for entry in metadata.load(self.metadata_path):
-                if not is_valid_name(entry.name):
-                    self.logger.warn(f"skipping creation of invalid topic {entry.name}")
-                    continue
-                topic = self.get_topic(entry.name)
-                if entry.paused:
-                    topic.pause()
-                for meta in entry.channels:
-                    if not is_valid_name(meta.name):
-                        self.logger.warn(f"skipping creation of invalid channel {meta.name}")
-                        continue
-                    channel = topic.get_channel(meta.name)
-                    if meta.paused:
-                        channel.pause()
-            self._restore_unlisted_queues()
-        finally:
-            self._loading = False
-
-    def _restore_unlisted_queues(self) -> None:
-        """Bring back topics and channels whose disk queue exists but ``nsqd.dat`` misses.
-
-        ``nsqd.dat`` is written a moment after a topic is created, so a crash in between leaves
-        acknowledged messages in a queue that Go opens only once the topic is used again.
-        Deleting a topic or channel removes its queue files first, so a queue on disk is one
-        that still exists.
-        """
-        for queue in sorted(queue_names(self.data_path)):  # a topic before its channels
-            topic_name, _, channel_name = queue.partition(":")  # new_channel's queue name
-            names = [topic_name, channel_name] if channel_name else [topic_name]
-            if not all(is_valid_name(name) for name in names):
-                continue
-            topic = self.topics.get(topic_name)
-            if topic is not None and (not channel_name or channel_name in topic.channels):
-                continue
-            what = f"TOPIC({topic_name})"
-            if channel_name:
-                what += f": CHANNEL({channel_name})"
-            self.logger.warn(f"{what}: found on disk but not in {metadata.METADATA_FILE}, restored")
-            topic = self.get_topic(topic_name)
-            if channel_name:
-                topic.get_channel(channel_name)
-
-    def persist_metadata(self) -> None:
-        """Schedule one write of ``nsqd.dat`` for this event-loop turn (off the loop)."""
-        if self._loading or self.exiting or self._persist_scheduled:
-            return
-        self._persist_scheduled = True
-        self.loop.call_soon(self._persist_soon)
-
-    def _persist_soon(self) -> None:
-        self._persist_scheduled = False
-        data = metadata.snapshot(list(self.topics.values()))
-        future = self.loop.run_in_executor(self._io, self._write_metadata, data)
-        self._persisting = asyncio.ensure_future(future)
-        self._persisting.add_done_callback(self._metadata_written)
-
-    def _write_metadata(self, data: bytes) -> OSError | None:
-        try:
-            metadata.write_atomically(self.metadata_path, data)
-        except OSError as exc:
-            return exc
-        return None
-
-    def _metadata_written(self, done: asyncio.Future[OSError | None]) -> None:
-        """faults (issue 14): a failed write of nsqd.dat is said once and retried with a
-        backoff, so a topic or channel created on a full disk is recorded once space is back."""
-        error = None if done.cancelled() else done.result()
-        if error is None:
-            self._metadata_retry = 0.0
-            self.fault_log.recovered(metadata.METADATA_FILE, "NSQ: persisted metadata again")
-            return
-        self.fault_log.failed(metadata.METADATA_FILE, f"failed to persist metadata - {error}")
-        self._metadata_retry = min(5.0, max(0.1, self._metadata_retry * 2))
-        if not self.exiting:
-            self.loop.call_later(self._metadata_retry, self.persist_metadata)
-
-    def _write_metadata_now(self) -> None:
-        self.logger.info(f"NSQ: persisting topic/channel metadata to {self.metadata_path}")
-        error = self._write_metadata(metadata.snapshot(list(self.topics.values())))
-        if error is not None:
-            self.fault_log.failed(metadata.METADATA_FILE, f"failed to persist metadata - {error}")
-
-    # ------------------------------------------------------------------ backends and health
-
-    def write_to_backend(
-        self, backend: Backend, msg: Message, context: str, owner: deque[Message]
-    ) -> None:
-        """Overflow to disk; BackendWriteError (and unhealthy) if the write fails.
-
-        ``owner`` is the memory queue of the topic or channel the backend belongs to."""
-        batch = self._write_batch
-        if batch is not None:  # inside batched_writes(): one write(2) per queue at the end
-            pending = batch.get(backend)
-            if pending is None:
-                pending = batch[backend] = (owner, [])
-            pending[1].append(msg)
-            return
-        try:
-            backend.put(msg.encode())
-        except (DiskQueueError, OSError) as exc:
-            self.set_health(str(exc))
-            self.fault_log.failed(
-                backend.name, f"{context} ERROR: failed to write message to backend - {exc}"
-            )
-            raise BackendWriteError(str(exc)) from None
-        if self.health_error is not None or self.fault_log.active:
-            self._backend_writable(backend)
-        if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
-            self._start_sync(backend)
-
-    def write_held(self, queue: DiskQueue, msg: Message, context: str) -> Hold | None:
-        """A held channel's write (channel.py, issue 22), never batched, as the caller may
-        deliver or pump at once: handed out and held when nothing waits before it (the Hold),
-        otherwise stored as waiting (None). BackendWriteError as :meth:`write_to_backend`."""
-        try:
-            data = msg.encode()
-            hold = queue.put_held(data)
-            if hold is None:
-                queue.put(data)
-        except (DiskQueueError, OSError) as exc:
-            self.set_health(str(exc))
-            self.fault_log.failed(
-                queue.name, f"{context} ERROR: failed to write message to backend - {exc}"
-            )
-            raise BackendWriteError(str(exc)) from None
-        if self.health_error is not None or self.fault_log.active:
-            self._backend_writable(queue)
-        if queue not in self._syncing and queue.sync_due():
-            self._start_sync(queue)
-        return hold
-
-    @contextlib.contextmanager
-    def batched_writes(self, lenient: bool = False) -> Iterator[None]:
-        """Collect the disk writes of one MPUB (or drain turn) and write each queue's share
-        with one write(2). A refused write raises BackendWriteError (the publish fails), or
-        with ``lenient`` keeps the unwritten messages in their owner's memory queue."""
-        if self._write_batch is not None:
-            yield
-            return
-        batch: dict[Backend, tuple[deque[Message], list[Message]]] = {}
-        self._write_batch = batch
-        try:
-            yield
-        finally:
-            self._write_batch = None
-            failure: BackendWriteError | None = None
-            for backend, (owner, msgs) in batch.items():
-                try:
-                    self._put_many(backend, msgs, owner if lenient else None)
-                except BackendWriteError as exc:
-                    failure = exc
-            if failure is not None:
-                raise failure
-
-    def _put_many(
-        self, backend: Backend, msgs: list[Message], keep_in: deque[Message] | None
-    ) -> None:
-        try:
-            backend.put_many([msg.encode() for msg in msgs])
-        except (DiskQueueError, OSError) as exc:
-            self.set_health(str(exc))
-            self.fault_log.failed(
-                backend.name, f"DISKQUEUE({backend.name}) ERROR: failed to write messages - {exc}"
-            )
-            if keep_in is None:
-                raise BackendWriteError(str(exc)) from None
-            stored = exc.stored if isinstance(exc, DiskQueueError) else 0
-            keep_in.extend(msgs[stored:])
-            return
-        if self.health_error is not None or self.fault_log.active:
-            self._backend_writable(backend)
-        if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
-            self._start_sync(backend)
-
-    # --sync-every as go-diskqueue: the write that makes a sync due is acknowledged, and the
-    # next write waits until that fsync is done. Here the next write is performed while the
-    # fsync runs (in a thread) but is acknowledged only after it: at most sync_every
-    # acknowledged messages are ever unsynced, and the fsync overlaps with work.
-
-    def _start_sync(self, queue: DiskQueue) -> None:
-        task = self.loop.create_task(queue.sync())
-        self._syncing[queue] = task
-        task.add_done_callback(lambda done: self._sync_finished(queue, done))
-
-    def _sync_finished(self, queue: DiskQueue, task: asyncio.Task[None]) -> None:
-        self._syncing.pop(queue, None)
-        if not task.cancelled() and task.exception() is not None:
-            self.logger.error(f"failed to sync disk queue - {task.exception()}")
-        elif not self.exiting and queue.sync_due():  # writes made meanwhile are due already
-            self._start_sync(queue)
-
-    def running_syncs(self) -> tuple[asyncio.Task[None], ...]:
-        """Syncs under way now: a publish arriving now is acknowledged after them."""
-        return tuple(self._syncing.values()) if self._syncing else ()
-
-    def topic_starting(self, topic: Topic) -> tuple[asyncio.Task[None], ...]:
-        """The channel pre-creation a new topic's first command must wait for, if any."""
-        task = self._starting.get(topic.name) if self._starting else None
-        return (task,) if task is not None else ()
-
-    def ack_after(
-        self, syncs: tuple[asyncio.Task[None], ...], response: bytes
-    ) -> bytes | Awaitable[bytes | None]:
-        if not syncs:
-            return response
-        return self._ack_after(syncs, response)
-
-    @staticmethod
-    async def _ack_after(syncs: tuple[asyncio.Task[None], ...], response: bytes) -> bytes:
-        await asyncio.wait(syncs)
-        return response
-
-    def _backend_writable(self, backend: Backend) -> None:
-        """A write succeeded after failures: healthy again (as Go), and say the fault ended."""
-        self.set_health(None)
-        self.fault_log.recovered(backend.name, f"DISKQUEUE({backend.name}): writing again")
-        self.fault_log.recovered(_REFUSED_WRITES, "clients' publishes succeed again")
-
-    def log_client_error(self, remote_address: str, err: ProtocolError) -> None:
-        """Go logs every error sent to a client; the refusals of a failing disk are said once
-        and then summarised, as one refused PUB per client attempt would flood the log."""
-        line = f"[{remote_address}] - {err}"
-        if err.code in _WRITE_FAILURE_CODES:
-            self.fault_log.failed(_REFUSED_WRITES, line)
-        else:
-            self.logger.error(line)
-
-    def set_health(self, error: str | None) -> None:
-        self.health_error = error
-
-    @property
-    def health(self) -> str:
-        return "OK" if self.health_error is None else f"NOK - {self.health_error}"
-
-    def flush_channel_to_backend(self, channel: Channel) -> bool:
-        """Shutdown: memory, in-flight, then deferred messages to disk, in Go's order; False
-        if the disk refused them."""
-        now = self.now()
-        deferred = [(m, max(0.0, m.pri - now)) for m in channel.deferred.values()]
-        msgs = channel.messages_to_persist()
-        stored = True
-        if msgs and not channel.ephemeral:
-            count = len(msgs)
-            self.logger.info(
-                f"CHANNEL({channel.name}): flushing {count} memory messages to backend"
-            )
-            stored = self._put_many_logged(channel.backend, msgs, f"CHANNEL({channel.name})")
-        self._remember_deferred(channel.backend, deferred)
-        return stored
-
-    def flush_topic_to_backend(self, topic: Topic) -> None:
-        msgs = list(topic.memory_queue)
-        topic.memory_queue.clear()
-        if msgs and not topic.ephemeral:
-            count = len(msgs)
-            self.logger.info(f"TOPIC({topic.name}): flushing {count} memory messages to backend")
-            self._put_many_logged(topic.backend, msgs, f"TOPIC({topic.name})")
-        self._remember_deferred(topic.backend, [(m, m.deferred) for m in msgs if m.deferred])
-
-    def _put_many_logged(self, backend: Backend, msgs: list[Message], context: str) -> bool:
-        try:
-            backend.put_many([m.encode() for m in msgs])
-        except (DiskQueueError, OSError) as exc:
-            self.logger.error(f"{context} ERROR: failed to write messages to backend - {exc}")
-            return False
-        return True
-
-    def close_backend(self, backend: Backend, context: str) -> None:
-        try:
-            backend.close()
-        except (DiskQueueError, OSError) as exc:
-            self.logger.error(f"{context} ERROR: failed to close backend - {exc}")
-
-    # ------------------------------------------------------------------ deferred across restarts
-
-    def _remember_deferred(self, backend: Backend, deferred: list[tuple[Message, float]]) -> None:
-        if deferred and isinstance(backend, DiskQueue):
-            self._deferred_records[backend.name] = DeferredRecord([], deferred)
-
-    def _save_deferred(self) -> None:
-        """After every queue is closed: record where each queue stands, then write the file."""
-        queues = {q.name: q for q in self.backends() if isinstance(q, DiskQueue)}
-        records = {}
-        for name, record in self._deferred_records.items():
-            queue = queues.get(name)
-            if queue is not None:
-                record.positions = list(queue.positions())
-                records[name] = record
-        try:
-            deferred_store.save(self.data_path, records)
-        except OSError as exc:
-            self.logger.error(f"failed to persist deferred messages - {exc}")
-
-    def restore_deferred(self) -> None:
-        try:
-            records = deferred_store.load(self.data_path)
-        except ValueError as exc:
-            self.logger.error(f"ignoring deferred messages: {exc}")
-            records = {}
-        for topic in self.topics.values():
-            self._restore_queue(records, topic.backend, topic.skip_ids, topic.restore_deferred)
-            for channel in topic.channels.values():
-                self._restore_queue(
-                    records, channel.backend, channel.skip_ids, channel.restore_deferred
-                )
-        deferred_store.remove(self.data_path)
-
-    def _restore_queue(
-        self,
-        records: dict[str, DeferredRecord],
-        backend: Backend,
-        skip_ids: set[bytes],
-        restore: Callable[[Message, float], None],
-    ) -> None:
-        if not isinstance(backend, DiskQueue) or backend.name not in records:
-            return
-        record = records[backend.name]
-        if record.positions != list(backend.positions()):
-            self.logger.warn(
-                f"DISKQUEUE({backend.name}): changed since shutdown; deferred messages "
-                "will be delivered when read, as Go does"
-            )
-            return
-        for msg, remaining in record.messages:
-            skip_ids.add(msg.id)
-            restore(msg, remaining)
-        self.logger.info(
-            f"DISKQUEUE({backend.name}): restored {len(record.messages)} deferred messages"
-        )
 
     # ------------------------------------------------------------------ queue scanning
 

@@ -24,6 +24,7 @@ from ..protocol import (
     parse_mpub_body,
 )
 from ..protocol.commands import FIN_RUN, Command
+from .backend_writes import ack_after
 from .channel import ChannelError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from .errors import BackendWriteError, NeedsReauth
@@ -67,6 +68,7 @@ def _message_id(raw: bytes) -> bytes:
 class ProtocolV2:
     def __init__(self, nsqd: NSQD) -> None:
         self.nsqd = nsqd
+        self.writes = nsqd.writes  # the disk-write side (backend_writes.py)
         self.handlers: dict[bytes, Handler] = {
             b"IDENTIFY": self.IDENTIFY,
             b"FIN": self.FIN,
@@ -242,7 +244,7 @@ class ProtocolV2:
             raise ProtocolError("E_SUB_FAILED", "SUB failed to deleted topic/channel")
         client.state = STATE_SUBSCRIBED
         client.channel = channel
-        return self.nsqd.ack_after(self.nsqd.topic_starting(topic), OK)
+        return ack_after(self.nsqd.topic_starting(topic), OK)
 
     def RDY(self, client: ClientV2, command: Command) -> bytes | None:
         if client.state == STATE_CLOSING:
@@ -399,13 +401,13 @@ class ProtocolV2:
         msg.deferred = delay
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed draining")
-        syncs = self.nsqd.running_syncs()
+        syncs = self.writes.running_syncs(topic)
         try:
             topic.put_message(msg)
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {exc}") from None
         client.published(topic_name, 1)
-        return self.nsqd.ack_after(syncs + self.nsqd.topic_starting(topic), OK)
+        return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     def PUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
         return self._publish_one(client, command, "PUB")
@@ -438,14 +440,14 @@ class ProtocolV2:
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ProtocolError("E_MPUB_FAILED", "MPUB failed draining")
         msgs = topic.new_messages(bodies)
-        syncs = self.nsqd.running_syncs()
+        syncs = self.writes.running_syncs(topic)
         try:
-            with self.nsqd.batched_writes():
+            with self.writes.batched_writes():
                 topic.put_messages(msgs)
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
         client.published(topic_name, len(msgs))
-        return self.nsqd.ack_after(syncs + self.nsqd.topic_starting(topic), OK)
+        return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     # ------------------------------------------------------------------ helpers
 

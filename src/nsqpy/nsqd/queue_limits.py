@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from ..protocol import MESSAGE_HEADER_LENGTH
 from .diskqueue import DiskQueue
-from .metadata import write_atomically
+from .metadata import read_journal, write_atomically
 from .topic import TopicError
 
 if TYPE_CHECKING:
@@ -458,21 +458,14 @@ class QueueLimits:
 
     def _load_counts(self) -> None:
         path = os.path.join(self.nsqd.data_path, COUNTS_FILE)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                lines = handle.readlines()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            self.nsqd.logger.error(f"ignoring {COUNTS_FILE}: {exc}")
-            return
-        for line in lines:
+        entries, line_count = read_journal(path, self.nsqd.logger)
+        for entry in entries:
             try:
-                self._replay(json.loads(line))
+                self._replay(entry)
             except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a crash
-        self._journal_lines = len(lines)
-        if len(lines) > COMPACT_LINES:
+                continue  # a line cut short by a crash, or a field of the wrong kind
+        self._journal_lines = line_count
+        if line_count > COMPACT_LINES:
             self._compact()
 
     def _replay(self, entry: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import random
 import resource
@@ -10,8 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
 from ..internal.durations import format_duration
+from ..internal.http_api import go_json
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .channel import Channel
     from .client_v2 import ClientV2
     from .nsqd import NSQD
@@ -147,16 +151,30 @@ def channel_stats(nsqd: NSQD, channel: Channel, include_clients: bool) -> dict[s
 def topic_stats(
     nsqd: NSQD, topic: Topic, channel_filter: str, include_clients: bool
 ) -> dict[str, Any] | None:
+    out: list[dict[str, Any]] = []
+    for _ in _topic_stats_steps(nsqd, topic, channel_filter, include_clients, out):
+        pass
+    return out[0] if out else None
+
+
+def _topic_stats_steps(
+    nsqd: NSQD, topic: Topic, channel_filter: str, include_clients: bool, out: list[dict[str, Any]]
+) -> Iterator[None]:
+    """:func:`topic_stats`, appended to ``out``, yielding after each channel."""
     channels = sorted(topic.channels.values(), key=lambda c: c.name)
     if channel_filter:
         channels = [c for c in channels if c.name == channel_filter]
         if not channels:
-            return None
+            return
+    channel_list = []
+    for channel in channels:
+        channel_list.append(channel_stats(nsqd, channel, include_clients))
+        yield
     quantiles = nsqd.options.e2e_processing_latency_percentiles
     streams = [c.e2e for c in topic.channels.values() if c.e2e is not None]
     stats = {
         "topic_name": topic.name,
-        "channels": [channel_stats(nsqd, c, include_clients) for c in channels],
+        "channels": channel_list,
         "depth": topic.depth(),
         "backend_depth": topic.backend.depth(),
         "message_count": topic.message_count,
@@ -167,33 +185,63 @@ def topic_stats(
     bounded = nsqd.queue_limits.describe(topic)  # nsqpy --max-queue-bytes: extra keys
     if bounded is not None:
         stats.update(bounded)
-    return stats
+    out.append(stats)
 
 
-def get_stats(
-    nsqd: NSQD, topic_filter: str, channel_filter: str, include_clients: bool
-) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+Stats = tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]
+
+
+def get_stats(nsqd: NSQD, topic_filter: str, channel_filter: str, include_clients: bool) -> Stats:
     """(topics, producers) with Go's null/empty rules."""
+    result: list[Stats] = []
+    for _ in _stats_steps(nsqd, topic_filter, channel_filter, include_clients, result):
+        pass
+    return result[0]
+
+
+#: Longest stretch a stats snapshot runs on the event loop before it lets other work in.
+SNAPSHOT_SLICE = 0.002
+
+
+async def get_stats_sliced(
+    nsqd: NSQD, topic_filter: str, channel_filter: str, include_clients: bool
+) -> Stats:
+    """:func:`get_stats` in slices of at most about ``SNAPSHOT_SLICE`` seconds, yielding to
+    the loop between them: with 1,000 channels a scrape must not hold publishers back (issue
+    18). Figures are read as the walk reaches them, so they are not all of one instant, which
+    a poller comparing successive scrapes never needed (Go's /stats is not atomic either)."""
+    result: list[Stats] = []
+    await run_sliced(_stats_steps(nsqd, topic_filter, channel_filter, include_clients, result))
+    return result[0]
+
+
+def _stats_steps(
+    nsqd: NSQD,
+    topic_filter: str,
+    channel_filter: str,
+    include_clients: bool,
+    result: list[Stats],
+) -> Iterator[None]:
     if topic_filter:
         topic = nsqd.topics.get(topic_filter)
         if topic is None:
-            return None, None
+            result.append((None, None))
+            return
         topics = [topic]
     else:
         topics = sorted(nsqd.topics.values(), key=lambda t: t.name)
-    topic_list = []
+    topic_list: list[dict[str, Any]] = []
     for topic in topics:
-        stats = topic_stats(nsqd, topic, channel_filter, include_clients)
-        if stats is not None:
-            topic_list.append(stats)
+        yield from _topic_stats_steps(nsqd, topic, channel_filter, include_clients, topic_list)
     producers: list[dict[str, Any]] | None = None
     if include_clients:
-        producers = [
-            client_stats(c, topic_filter)
-            for c in sorted(nsqd.clients.values(), key=lambda c: c.id)
-            if c.pub_counts and (not topic_filter or topic_filter in c.pub_counts)
-        ] or None
-    return topic_list, producers
+        producers = []
+        for client in sorted(nsqd.clients.values(), key=lambda c: c.id):
+            if client.pub_counts and (not topic_filter or topic_filter in client.pub_counts):
+                producers.append(client_stats(client, topic_filter))
+                yield
+        producers = producers or None
+    result.append((topic_list, producers))
 
 
 def memory_stats() -> dict[str, int]:
@@ -253,12 +301,27 @@ def stats_text(
     producers: list[dict[str, Any]] | None,
     memory: dict[str, int] | None,
 ) -> str:
+    out: list[str] = []
+    for _ in stats_text_steps(nsqd, version_line, topics, producers, memory, out):
+        pass
+    return "".join(out)
+
+
+def stats_text_steps(
+    nsqd: NSQD,
+    version_line: str,
+    topics: list[dict[str, Any]] | None,
+    producers: list[dict[str, Any]] | None,
+    memory: dict[str, int] | None,
+    out: list[str],
+) -> Iterator[None]:
+    """:func:`stats_text`'s pieces appended to ``out``, yielding after each channel."""
     uptime = format_duration(time.time() - nsqd.start_time)
     start = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(nsqd.start_time))
     start = start[:-2] + ":" + start[-2:] if start[-5] in "+-" else start
     start = start.replace("+00:00", "Z")
-    out = [f"{version_line}\n", f"start_time {start}\n", f"uptime {uptime}\n"]
-    out.append(f"\nHealth: {nsqd.health}\n")
+    out += [f"{version_line}\n", f"start_time {start}\n", f"uptime {uptime}\n"]
+    out.append(f"\nHealth: {nsqd.writes.health}\n")
     if memory is not None:
         out.append("\nMemory:\n")
         out.extend(f"   {key:<25}\t{value}\n" for key, value in memory.items())
@@ -283,12 +346,48 @@ def stats_text(
                 f"e2e%: {_e2e_text(c['e2e_processing_latency'])}\n"
             )
             out.extend(f"        {_client_line(client)}\n" for client in c["clients"] or [])
+            yield
     if not producers:
         out.append("\nProducers: None\n")
     else:
         out.append("\nProducers:\n")
         out.extend(f"   {_client_line(p)}\n" for p in producers)
-    return "".join(out)
+
+
+def stats_json_steps(body: dict[str, Any], out: list[bytes]) -> Iterator[None]:
+    """``go_json(body)`` of a :func:`stats_json` body, one channel at a time: each channel
+    and each topic without its channels is encoded alone and spliced into the empty list
+    left in its place (the first such key in key order: names and escaped strings before it
+    cannot contain it). The same bytes as encoding the whole at once."""
+    topics = body["topics"]
+    if not topics:
+        out.append(go_json(body))
+        return
+    encoded_topics = []
+    for topic in topics:
+        channels = []
+        for channel in topic["channels"]:
+            channels.append(go_json(channel))
+            yield
+        shell = go_json({**topic, "channels": []})
+        encoded_topics.append(_splice(shell, b'"channels":[]', channels))
+        yield
+    out.append(_splice(go_json({**body, "topics": []}), b'"topics":[]', encoded_topics))
+
+
+def _splice(shell: bytes, empty: bytes, items: list[bytes]) -> bytes:
+    at = shell.index(empty) + len(empty) - 1
+    return shell[:at] + b",".join(items) + shell[at:]
+
+
+async def run_sliced(steps: Iterator[None]) -> None:
+    """Run ``steps`` on the loop in slices of about ``SNAPSHOT_SLICE`` seconds."""
+    clock = time.perf_counter
+    resume = clock() + SNAPSHOT_SLICE
+    for _ in steps:
+        if clock() >= resume:
+            await asyncio.sleep(0)
+            resume = clock() + SNAPSHOT_SLICE
 
 
 def stats_json(

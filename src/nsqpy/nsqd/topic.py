@@ -1,8 +1,7 @@
 """A topic: accepts published messages and gives every channel its own copy (nsqd/topic.go).
 
-Go moves messages from the topic to its channels in a pump goroutine. Here fan-out happens at
-publish time when the topic has channels and is not paused; otherwise messages wait in the
-topic's memory queue or backend and are drained when a channel appears or on unpause.
+As in Go, a publish is acknowledged once the topic holds the message, and the topic's pump
+moves messages to the channels afterwards (see "publishing" below for the two exceptions).
 """
 
 from __future__ import annotations
@@ -19,8 +18,11 @@ from .message import Message, message_from_bytes
 if TYPE_CHECKING:
     from .nsqd import NSQD
 
-#: Messages moved per event-loop turn when draining a backlog into channels.
-DRAIN_BATCH = 1000
+#: Channel copies the topic's pump makes per event-loop turn (messages x channels); between
+#: turns the loop reads and answers publishers, so fan-out cannot hold their OKs back.
+PUMP_BUDGET = 10000
+#: ... but at least this many messages per turn, however many channels.
+PUMP_MIN_BATCH = 50
 
 
 class TopicError(Exception):
@@ -30,7 +32,8 @@ class TopicError(Exception):
 class Topic:
     __slots__ = (
         "_channel_list",
-        "_draining",
+        "_deferred_waiting",
+        "_pump_scheduled",
         "backend",
         "channels",
         "ephemeral",
@@ -45,11 +48,13 @@ class Topic:
         "paused",
         "skip_ids",
         "started",
+        "writes",
     )
 
     def __init__(self, name: str, nsqd: NSQD, backend: Backend) -> None:
         self.name = name
         self.nsqd = nsqd
+        self.writes = nsqd.writes  # the disk-write side (backend_writes.py)
         self.ephemeral = is_ephemeral(name)
         self.mem_capacity = nsqd.options.mem_queue_size
         self.memory_queue: deque[Message] = deque()
@@ -61,7 +66,8 @@ class Topic:
         self.exiting = False
         self.message_count = 0
         self.message_bytes = 0
-        self._draining = False
+        self._pump_scheduled = False
+        self._deferred_waiting = 0  # DPUB messages in the topic's queue (paused, no channels)
         self.skip_ids: set[bytes] = set()
         # Go's Topic.Start(): until then messages wait in the topic even if channels exist,
         # so channels pre-created from nsqlookupd get the first messages too.
@@ -76,7 +82,7 @@ class Topic:
             self.channels[name] = channel
             self._channel_list = list(self.channels.values())
             self.nsqd.channel_created(self, channel)
-            self._schedule_drain()
+            self._schedule_pump()
         return channel
 
     def get_existing_channel(self, name: str) -> Channel | None:
@@ -98,6 +104,15 @@ class Topic:
             self.delete_existing_channel(channel.name)
 
     # ------------------------------------------------------------------ publishing
+    #
+    # As Go's topic: a publish is acknowledged once the message is in the topic (its memory
+    # queue, or its disk queue when that is full or --mem-queue-size=0 asks for disk), and
+    # the topic's pump copies it to the channels on a later turn of the event loop, a bounded
+    # batch per turn, so publishers and fan-out share the loop as Go's goroutines share CPUs.
+    # Two publishes skip the topic queue when nothing waits in it: a DPUB goes straight to the
+    # channels' deferred queues (keeping its deferral, which a disk queue cannot hold), and
+    # with --mem-queue-size=0 a message goes straight to the channels' disk queues, so the
+    # publish is acknowledged after the very writes (and syncs) that deliver it.
 
     def new_message(self, body: bytes) -> Message:
         return Message(self.guid.new_id(), body, self.nsqd.wall_ns())
@@ -118,102 +133,153 @@ class Topic:
         self.message_bytes += len(msg.body)
 
     def put_messages(self, msgs: list[Message]) -> None:
-        """An MPUB's messages (never deferred). Callers hold ``nsqd.batched_writes()``, so a
+        """An MPUB's messages (never deferred). Callers hold ``nsqd.writes.batched_writes()``, so a
         refused disk write surfaces after this returns."""
         if self.exiting:
             raise TopicError("exiting")
+        if not msgs:
+            return
         if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (queue_limits.py)
             self.nsqd.queue_limits.admit(self, msgs)
-        channels = self._channel_list
-        if channels and self.started and not self.paused and not self._draining:
-            first = True
-            for channel in channels:  # the first channel takes the originals, as _fan_out
-                channel.put_messages(msgs if first else [msg.copy() for msg in msgs])
-                first = False
-            self.message_count += len(msgs)
-            self.message_bytes += sum([len(msg.body) for msg in msgs])
             return
-        total = 0
-        try:
-            for count, msg in enumerate(msgs):  # noqa: B007 - count is used on failure
-                self._put(msg)
-                total += len(msg.body)
-        except Exception:
-            self.message_count += count
-            self.message_bytes += total
-            raise
+        if self._direct_to_channels():
+            self._fan_out(msgs)
+        else:
+            self._enqueue(msgs)
         self.message_count += len(msgs)
-        self.message_bytes += total
+        self.message_bytes += sum([len(msg.body) for msg in msgs])
 
     def start(self) -> None:
         self.started = True
-        self._schedule_drain()
+        self._schedule_pump()
+
+    def flowing(self) -> bool:
+        """True while the pump may move messages to the channels."""
+        return bool(self._channel_list) and self.started and not self.paused and not self.exiting
+
+    def _direct_to_channels(self) -> bool:
+        """Nothing waits in the topic and either --mem-queue-size=0 (write straight to the
+        channels' disk queues: what the pump would do next, without the topic's copy) or
+        --max-queue-bytes caps are set (a publish is admitted against the channels' bytes,
+        so it must reach them at once, as before the pump)."""
+        return (
+            (self.mem_capacity <= 0 or self.nsqd.queue_limits.active)
+            and self.flowing()
+            and not self.memory_queue
+            and self.backend.depth() == 0
+        )
+
+    def publish_writes_channels(self) -> bool:
+        """Whether a publish now may write the channels' queues before its OK (so its OK
+        waits for their running fsyncs too, ``BackendWrites.running_syncs``)."""
+        return self.mem_capacity <= 0 or self.nsqd.queue_limits.active
 
     def _put(self, msg: Message) -> None:
-        if self._channel_list and self.started and not self.paused and not self._draining:
-            self._fan_out(msg)
-            return
-        if self.mem_capacity > 0 or self.ephemeral or msg.deferred:
-            if len(self.memory_queue) < self.mem_capacity:
-                self.memory_queue.append(msg)
-                return
-            if self.ephemeral:
-                return  # Go's dummy backend: overflow is dropped
-        self.nsqd.write_to_backend(self.backend, msg, f"TOPIC({self.name})", self.memory_queue)
+        if msg.deferred and self.flowing():
+            self._fan_out_deferred([msg])
+        elif self._direct_to_channels():
+            with self.writes.batched_writes():  # each channel's write of one shared encoding
+                self._fan_out([msg])
+        else:
+            self._enqueue([msg])
 
-    def _fan_out(self, msg: Message) -> None:
+    def _enqueue(self, msgs: list[Message]) -> None:
+        """Into the topic's memory queue while it has room and nothing waits on disk (so the
+        pump, reading memory first, keeps publish order), else its disk queue; then wake the
+        pump. An ephemeral topic has no disk: its overflow is dropped, as Go's."""
+        memory_queue = self.memory_queue
+        room = self.mem_capacity - len(memory_queue)
+        deferred = msgs[0].deferred  # only a DPUB (one message) waits in the topic deferred
+        if room > 0 and not deferred and not self.ephemeral and self.backend.depth() > 0:
+            room = 0  # (a deferred message has no place in the order: memory keeps its delay)
+        if room >= len(msgs):
+            memory_queue.extend(msgs)
+            if deferred:
+                self._deferred_waiting += 1
+        else:
+            if room > 0:
+                memory_queue.extend(msgs[:room])
+            if not self.ephemeral:
+                context = f"TOPIC({self.name})"
+                write = self.writes.write_to_backend
+                for msg in msgs[max(room, 0) :]:
+                    write(self.backend, msg, context, memory_queue)
+        self._schedule_pump()
+
+    def _fan_out(self, msgs: list[Message]) -> None:
+        """Every channel gets the batch: one channel the messages themselves, several the
+        same objects marked shared (each copies a message only when it delivers it)."""
         channels = self._channel_list
-        first = True
+        if self._deferred_waiting:
+            deferred = [msg for msg in msgs if msg.deferred]
+            self._deferred_waiting = max(0, self._deferred_waiting - len(deferred))
+            if deferred:
+                self._fan_out_deferred(deferred)
+                msgs = [msg for msg in msgs if not msg.deferred]
+        if not msgs:
+            return
+        if len(channels) > 1:
+            for msg in msgs:
+                msg.shared = True
         for channel in channels:
-            copy = msg if first else msg.copy()
-            first = False
-            if copy.deferred:
+            channel.put_messages(msgs)
+
+    def _fan_out_deferred(self, msgs: list[Message]) -> None:
+        first = True
+        for channel in self._channel_list:
+            for msg in msgs:
+                copy = msg if first else msg.copy()
                 channel.put_message_deferred(copy, copy.deferred)
-            else:
-                channel.put_message(copy)
+            first = False
 
-    # ------------------------------------------------------------------ backlog
+    # ------------------------------------------------------------------ the pump
 
-    def _schedule_drain(self) -> None:
-        if self._draining or not self._channel_list or self.paused or not self.started:
+    def _schedule_pump(self) -> None:
+        if self._pump_scheduled or not self.flowing():
             return
         if not self.memory_queue and self.backend.depth() == 0:
             return
-        self._draining = True
-        self.nsqd.loop.call_soon(self._drain_some)
+        self._pump_scheduled = True
+        self.nsqd.loop.call_soon(self._pump)
 
-    def _drain_some(self) -> None:
-        """Move a batch of the backlog to the channels, yielding between batches."""
-        if self.exiting or self.paused or not self._channel_list or not self.started:
-            self._draining = False
+    def _pump(self) -> None:
+        """Move one batch from the topic to its channels; again next turn if more wait. The
+        batch is PUMP_BUDGET channel copies: fewer messages per turn the more channels."""
+        self._pump_scheduled = False
+        if not self.flowing():
             return
+        limit = max(PUMP_MIN_BATCH, PUMP_BUDGET // len(self._channel_list))
         # lenient: messages a full disk refuses stay in the channel's memory, never lost
-        with self.nsqd.batched_writes(lenient=True):
-            more = self._drain_batch()
-        if more:
-            self.nsqd.loop.call_soon(self._drain_some)
-        else:
-            self._draining = False
+        with self.writes.batched_writes(lenient=True):
+            msgs = self._take(limit)
+            if msgs:
+                self._fan_out(msgs)
+        if len(msgs) >= limit or self.memory_queue:
+            self._schedule_pump()
 
-    def _drain_batch(self) -> bool:
-        """Fan out up to DRAIN_BATCH backlog messages; True if more remain."""
-        for _ in range(DRAIN_BATCH):
-            if self.memory_queue:
-                msg = self.memory_queue.popleft()
-            else:
-                data = self.backend.get()
-                if data is None:
-                    return False
-                try:
-                    msg = message_from_bytes(data)
-                except ValueError as exc:
-                    self.nsqd.logger.error(f"failed to decode message - {exc}")
-                    continue
-                if self.skip_ids and msg.id in self.skip_ids:
-                    self.skip_ids.discard(msg.id)
-                    continue
-            self._fan_out(msg)
-        return True
+    def _take(self, limit: int) -> list[Message]:
+        """Up to ``limit`` messages: the memory queue first, then the disk queue."""
+        memory_queue = self.memory_queue
+        if len(memory_queue) >= limit:
+            popleft = memory_queue.popleft
+            return [popleft() for _ in range(limit)]
+        msgs = list(memory_queue)
+        memory_queue.clear()
+        backend = self.backend
+        while len(msgs) < limit:
+            data = backend.get()
+            if data is None:
+                break
+            try:
+                msg = message_from_bytes(data)
+            except ValueError as exc:
+                self.nsqd.logger.error(f"failed to decode message - {exc}")
+                continue
+            if self.skip_ids and msg.id in self.skip_ids:
+                self.skip_ids.discard(msg.id)
+                continue
+            msgs.append(msg)
+        return msgs
 
     # ------------------------------------------------------------------ state
 
@@ -231,7 +297,7 @@ class Topic:
 
     def unpause(self) -> None:
         self.paused = False
-        self._schedule_drain()
+        self._schedule_pump()
 
     def empty(self) -> None:
         self.memory_queue.clear()
@@ -252,5 +318,5 @@ class Topic:
         self.exiting = True
         for channel in self._channel_list:
             channel.close()
-        self.nsqd.flush_topic_to_backend(self)
-        self.nsqd.close_backend(self.backend, f"TOPIC({self.name})")
+        self.writes.flush_topic_to_backend(self)
+        self.writes.close_backend(self.backend, f"TOPIC({self.name})")

@@ -84,6 +84,13 @@ def mpub(topic: str, bodies: Iterable[bytes]) -> bytes:
     return f"MPUB {topic}\n".encode() + _sized(mpub_body(bodies))
 
 
+def mpub_encoded(topic: str, count: int, messages: bytes | memoryview) -> bytes:
+    """MPUB from messages already framed as ``{BE32(size) bytes}*`` (one copy, no per-message
+    work): for callers that hold the bodies in one buffer, e.g. an Arrow column."""
+    head = f"MPUB {topic}\n".encode()
+    return b"".join((head, _BE32.pack(len(messages) + 4), _BE32.pack(count), messages))
+
+
 def rdy(count: int) -> bytes:
     return b"RDY %d\n" % count
 

@@ -36,6 +36,7 @@ from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 from ..client.errors import NoConnectionsError
 from ..client.producer import Producer
 from .fetch import Fault, new_event_loop_runner
+from .framing import EncodedMessages, encoded_batches
 from .options import NSQOptionError, SinkOptions, connection_options
 from .topology import all_nodes
 
@@ -82,6 +83,9 @@ def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
 
 # ---------------------------------------------------------------------- publishing
 
+# what one MPUB carries: bodies one by one, or already framed from an Arrow column
+Payload = list[bytes] | EncodedMessages
+
 
 class _FailoverPublisher:
     """One Producer on the current nsqd; on NoConnectionsError, move to the next nsqd."""
@@ -103,12 +107,14 @@ class _FailoverPublisher:
         log.warning("nsq sink: failing over to %s", address)
         self.producer = Producer(address, **self.kwargs)
 
-    async def send(self, topic: str, bodies: list[bytes], defer_ms: int | None) -> None:
+    async def send(self, topic: str, bodies: Payload, defer_ms: int | None) -> None:
         tries = 0
         while True:
             producer = self.producer
             try:
-                if defer_ms is not None:
+                if isinstance(bodies, EncodedMessages):
+                    await producer.multi_publish_encoded(topic, bodies.count, bodies.messages)
+                elif defer_ms is not None:
                     # (ms + 0.5) / 1000 s: the Producer truncates seconds * 1000 to an int
                     await producer.deferred_publish(topic, (defer_ms + 0.5) / 1000.0, bodies[0])
                 else:
@@ -153,9 +159,8 @@ class _Batcher:
         When ``batchSize`` bodies of ``largest`` bytes fit in one MPUB, batches are cut by
         count alone, without looking at each body in Python.
         """
-        options = self.options
-        size = options.batch_size
-        if (largest + _PER_MESSAGE_OVERHEAD) * size + _MPUB_OVERHEAD > options.max_body_size:
+        size = self.options.batch_size
+        if not self._fits_by_count(largest):
             return [full for body in bodies if (full := self.add(topic, body)) is not None]
         pending, _ = self.pending.get(topic, ([], _MPUB_OVERHEAD))
         combined = pending + bodies if pending else bodies
@@ -165,6 +170,26 @@ class _Batcher:
         total = _MPUB_OVERHEAD + sum(len(b) for b in rest) + _PER_MESSAGE_OVERHEAD * len(rest)
         self.pending[topic] = (rest, total)
         return batches
+
+    def extend_column(self, topic: str, column: pa.Array, largest: int) -> Iterator[Payload]:
+        """Queue an Arrow column's bodies (none over ``largest`` bytes); yields full MPUBs.
+
+        When ``batchSize`` bodies of ``largest`` bytes fit in one MPUB, whole batches are
+        framed from the column's buffers (see ``framing``) and only the remainder becomes
+        Python bytes, to fill up with the next column's rows.
+        """
+        if not self._fits_by_count(largest) or len(column) < self.options.batch_size:
+            for _, bodies in self.extend(topic, column.to_pylist(), largest):
+                yield bodies
+            return
+        encoded, rest = encoded_batches(column, self.options.batch_size)
+        yield from encoded
+        for _, bodies in self.extend(topic, rest.to_pylist(), largest):
+            yield bodies
+
+    def _fits_by_count(self, largest: int) -> bool:
+        size = (largest + _PER_MESSAGE_OVERHEAD) * self.options.batch_size + _MPUB_OVERHEAD
+        return size <= self.options.max_body_size
 
     def drain(self) -> Iterator[tuple[str, list[bytes]]]:
         for topic, (bodies, _) in self.pending.items():
@@ -187,16 +212,19 @@ def _deferral(batch: pa.RecordBatch) -> pa.Array | None:
     return mask if pc.any(mask).as_py() else None
 
 
-def _checked_bodies(column: pa.Array, options: SinkOptions) -> tuple[list[bytes], int]:
-    """The bodies as bytes and the largest one's size; a bad body fails (never dropped).
+def _checked_bodies(column: pa.Array, options: SinkOptions) -> tuple[pa.Array, int]:
+    """The bodies as a binary column and the largest one's size; a bad body fails (never
+    dropped).
 
     The checks run on the whole Arrow column at once; only a failing column is looked at
     row by row, for the error message.
     """
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+    if pa.types.is_string(column.type):
         column = column.cast(pa.binary())
+    elif pa.types.is_large_string(column.type):
+        column = column.cast(pa.large_binary())
     if len(column) == 0:
-        return [], 0
+        return column, 0
     lengths = pc.binary_length(column)
     bounds = pc.min_max(lengths)
     smallest, largest = bounds["min"].as_py(), bounds["max"].as_py()
@@ -204,12 +232,10 @@ def _checked_bodies(column: pa.Array, options: SinkOptions) -> tuple[list[bytes]
     if column.null_count or smallest == 0 or largest > min(options.max_message_size, too_large):
         for value in column.to_pylist():
             _checked_body(value, options)  # raises with the row's reason
-    return column.to_pylist(), largest
+    return column, largest
 
 
-def _plain_rows(
-    batch: pa.RecordBatch, options: SinkOptions
-) -> Iterator[tuple[str, list[bytes], int]]:
+def _plain_rows(batch: pa.RecordBatch, options: SinkOptions) -> Iterator[tuple[str, pa.Array, int]]:
     """(topic, bodies, largest size) for the rows published with MPUB, grouped by topic."""
     bodies = _column(batch, "body")
     assert bodies is not None  # the schema was checked
@@ -305,7 +331,7 @@ async def _publish(
     errors: list[BaseException] = []
     published = deferred = 0
 
-    async def send(topic: str, bodies: list[bytes], defer_ms: int | None = None) -> None:
+    async def send(topic: str, bodies: Payload, defer_ms: int | None = None) -> None:
         try:
             await publisher.send(topic, bodies, defer_ms)
         except BaseException as exc:
@@ -313,7 +339,7 @@ async def _publish(
         finally:
             window.release()
 
-    async def submit(topic: str, bodies: list[bytes], defer_ms: int | None = None) -> None:
+    async def submit(topic: str, bodies: Payload, defer_ms: int | None = None) -> None:
         await window.acquire()
         if errors:
             window.release()
@@ -326,8 +352,8 @@ async def _publish(
     try:
         for batch in batches:
             for topic, bodies, largest in _plain_rows(batch, options):
-                for full in batcher.extend(topic, bodies, largest):
-                    await submit(*full)
+                for payload in batcher.extend_column(topic, bodies, largest):
+                    await submit(topic, payload)
                 published += len(bodies)
             for topic, body, delay in _deferred_rows(batch, options):
                 await submit(topic, [body], delay)

@@ -119,6 +119,17 @@ class DiskQueue(_Reading):
         if segment_records:
             self._write_segment(pieces, segment_bytes, segment_records, stored)
 
+    def put_framed(self, framed: bytes, count: int) -> bool:
+        """Append ``count`` records already framed (``BE32 size, payload`` each, sizes valid)
+        as one write, if they fit in the current file; False (nothing written) if not, for
+        :meth:`put_many` to split them. nsqd's fan-out writes one batch to many queues."""
+        if self._closed:
+            raise DiskQueueError("exiting")
+        if self._write_pos + len(framed) > self._max_bytes_per_file:
+            return False
+        self._write_segment([framed], len(framed), count, 0)
+        return True
+
     def put_held(self, data: bytes) -> Hold | None:
         """Append a record that is handed out at once, when nothing waits before it (the
         cursor is at the write position); None, writing nothing, when records wait."""

@@ -1,0 +1,339 @@
+"""The disk-write side of nsqd: overflow writes to topic and channel queues, the batching of
+one MPUB's (or pump turn's) writes into one write(2) per queue with shared messages encoded and
+framed once, --sync-every/--sync-timeout fsyncs and the acknowledgements that wait for them,
+the daemon's health (a refused write makes it unhealthy, the next good one healthy again), and
+the shutdown flush of memory queues to disk.
+
+NSQD owns one :class:`BackendWrites` (``nsqd.writes``); topics, channels and the publish
+commands hold it directly, so the per-message path costs no more attribute look-ups than a
+method of NSQD would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from typing import TYPE_CHECKING
+
+from .diskqueue import DiskQueue, DiskQueueError
+from .errors import BackendWriteError
+
+if TYPE_CHECKING:
+    from collections import deque
+    from collections.abc import Awaitable, Iterator
+
+    from ..protocol.errors import ProtocolError
+    from .backend import Backend
+    from .channel import Channel
+    from .message import Message
+    from .nsqd import NSQD
+    from .read_holds import Hold
+    from .topic import Topic
+
+
+_RECORD_SIZE = struct.Struct(">I")
+
+# faults (issue 14): the client errors a failing backend causes, summarised under one key
+_WRITE_FAILURE_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
+_REFUSED_WRITES = "refused-writes"
+
+
+class _SharedEncodings:
+    """One flush of ``batched_writes``: a message shared by several channels is encoded once,
+    and a run of shared messages overflowing to many channels' disk queues is framed into one
+    buffer once, which each queue then writes whole (``DiskQueue.put_framed``)."""
+
+    __slots__ = ("frames", "records")
+
+    def __init__(self) -> None:
+        self.records: dict[int, bytes] = {}
+        self.frames: dict[tuple[int, int], tuple[list[Message], bytes]] = {}
+
+    def framed(self, msgs: list[Message]) -> bytes | None:
+        """The framed records of ``msgs`` if they are all shared, else None."""
+        if not (msgs[0].shared and msgs[-1].shared):
+            return None
+        key = (id(msgs[0]), len(msgs))
+        cached = self.frames.get(key)
+        if cached is not None and cached[0] == msgs:  # list ==: identity per element, in C
+            return cached[1]
+        if not all(msg.shared for msg in msgs):
+            return None
+        pack = _RECORD_SIZE.pack
+        pieces = []
+        for data in _encode_all(msgs, self.records):
+            pieces.append(pack(len(data)))
+            pieces.append(data)
+        framed = b"".join(pieces)
+        self.frames[key] = (msgs, framed)
+        return framed
+
+
+def _encode_all(msgs: list[Message], encoded: dict[int, bytes]) -> list[bytes]:
+    """The disk records of ``msgs``; a message shared by several channels is encoded once
+    per batch (``encoded``, keyed by the object while the batch keeps it alive)."""
+    out = []
+    for msg in msgs:
+        if not msg.shared:
+            out.append(msg.encode())
+            continue
+        data = encoded.get(id(msg))
+        if data is None:
+            data = encoded[id(msg)] = msg.encode()
+        out.append(data)
+    return out
+
+
+def ack_after(
+    waits: tuple[asyncio.Task[None], ...], response: bytes
+) -> bytes | Awaitable[bytes | None]:
+    """``response`` now, or once ``waits`` (fsyncs, channel pre-creation) are done."""
+    if not waits:
+        return response
+    return _ack_after(waits, response)
+
+
+async def _ack_after(waits: tuple[asyncio.Task[None], ...], response: bytes) -> bytes:
+    await asyncio.wait(waits)
+    return response
+
+
+class BackendWrites:
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self.logger = nsqd.logger
+        self.fault_log = nsqd.fault_log
+        self.health_error: str | None = None
+        self._syncing: dict[DiskQueue, asyncio.Task[None]] = {}
+        self._write_batch: dict[Backend, tuple[deque[Message], list[Message]]] | None = None
+
+    # ------------------------------------------------------------------ writes
+
+    def write_to_backend(
+        self, backend: Backend, msg: Message, context: str, owner: deque[Message]
+    ) -> None:
+        """Overflow to disk; BackendWriteError (and unhealthy) if the write fails.
+
+        ``owner`` is the memory queue of the topic or channel the backend belongs to."""
+        batch = self._write_batch
+        if batch is not None:  # inside batched_writes(): one write(2) per queue at the end
+            pending = batch.get(backend)
+            if pending is None:
+                pending = batch[backend] = (owner, [])
+            pending[1].append(msg)
+            return
+        try:
+            backend.put(msg.encode())
+        except (DiskQueueError, OSError) as exc:
+            self.set_health(str(exc))
+            self.fault_log.failed(
+                backend.name, f"{context} ERROR: failed to write message to backend - {exc}"
+            )
+            raise BackendWriteError(str(exc)) from None
+        if self.health_error is not None or self.fault_log.active:
+            self._backend_writable(backend)
+        if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
+            self._start_sync(backend)
+
+    def write_many_to_backend(
+        self, backend: Backend, msgs: list[Message], context: str, owner: deque[Message]
+    ) -> None:
+        """:meth:`write_to_backend` for several messages (one list extend inside a batch)."""
+        batch = self._write_batch
+        if batch is None:
+            for msg in msgs:
+                self.write_to_backend(backend, msg, context, owner)
+            return
+        pending = batch.get(backend)
+        if pending is None:
+            pending = batch[backend] = (owner, [])
+        pending[1].extend(msgs)
+
+    def write_held(self, queue: DiskQueue, msg: Message, context: str) -> Hold | None:
+        """A held channel's write (channel.py, issue 22), never batched, as the caller may
+        deliver or pump at once: handed out and held when nothing waits before it (the Hold),
+        otherwise stored as waiting (None). BackendWriteError as :meth:`write_to_backend`."""
+        try:
+            data = msg.encode()
+            hold = queue.put_held(data)
+            if hold is None:
+                queue.put(data)
+        except (DiskQueueError, OSError) as exc:
+            self.set_health(str(exc))
+            self.fault_log.failed(
+                queue.name, f"{context} ERROR: failed to write message to backend - {exc}"
+            )
+            raise BackendWriteError(str(exc)) from None
+        if self.health_error is not None or self.fault_log.active:
+            self._backend_writable(queue)
+        if queue not in self._syncing and queue.sync_due():
+            self._start_sync(queue)
+        return hold
+
+    @contextlib.contextmanager
+    def batched_writes(self, lenient: bool = False) -> Iterator[None]:
+        """Collect the disk writes of one MPUB (or drain turn) and write each queue's share
+        with one write(2). A refused write raises BackendWriteError (the publish fails), or
+        with ``lenient`` keeps the unwritten messages in their owner's memory queue."""
+        if self._write_batch is not None:
+            yield
+            return
+        batch: dict[Backend, tuple[deque[Message], list[Message]]] = {}
+        self._write_batch = batch
+        try:
+            yield
+        finally:
+            self._write_batch = None
+            failure: BackendWriteError | None = None
+            encoded = _SharedEncodings()
+            for backend, (owner, msgs) in batch.items():
+                try:
+                    self._put_many(backend, msgs, owner if lenient else None, encoded)
+                except BackendWriteError as exc:
+                    failure = exc
+            if failure is not None:
+                raise failure
+
+    def _put_many(
+        self,
+        backend: Backend,
+        msgs: list[Message],
+        keep_in: deque[Message] | None,
+        encoded: _SharedEncodings,
+    ) -> None:
+        try:
+            written = False
+            if isinstance(backend, DiskQueue):
+                framed = encoded.framed(msgs)
+                written = framed is not None and backend.put_framed(framed, len(msgs))
+            if not written:
+                backend.put_many(_encode_all(msgs, encoded.records))
+        except (DiskQueueError, OSError) as exc:
+            self.set_health(str(exc))
+            self.fault_log.failed(
+                backend.name, f"DISKQUEUE({backend.name}) ERROR: failed to write messages - {exc}"
+            )
+            if keep_in is None:
+                raise BackendWriteError(str(exc)) from None
+            stored = exc.stored if isinstance(exc, DiskQueueError) else 0
+            keep_in.extend(msgs[stored:])
+            return
+        if self.health_error is not None or self.fault_log.active:
+            self._backend_writable(backend)
+        if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
+            self._start_sync(backend)
+
+    # ------------------------------------------------------------------ syncs
+
+    # --sync-every as go-diskqueue: the write that makes a sync due is acknowledged, and the
+    # next write waits until that fsync is done. Here the next write is performed while the
+    # fsync runs (in a thread) but is acknowledged only after it: at most sync_every
+    # acknowledged messages are ever unsynced, and the fsync overlaps with work.
+
+    async def sync_loop(self) -> None:
+        """fsync disk queues when --sync-timeout has passed with activity (in worker threads);
+        every sync is tracked, so publishes are acknowledged after the ones under way."""
+        interval = max(0.001, min(self.nsqd.options.sync_timeout, 0.1))
+        while True:
+            await asyncio.sleep(interval)
+            for queue in self.nsqd.backends():
+                if not isinstance(queue, DiskQueue) or queue in self._syncing:
+                    continue
+                if queue.sync_due():
+                    self._start_sync(queue)
+
+    def _start_sync(self, queue: DiskQueue) -> None:
+        task = self.nsqd.loop.create_task(queue.sync())
+        self._syncing[queue] = task
+        task.add_done_callback(lambda done: self._sync_finished(queue, done))
+
+    def _sync_finished(self, queue: DiskQueue, task: asyncio.Task[None]) -> None:
+        self._syncing.pop(queue, None)
+        if not task.cancelled() and task.exception() is not None:
+            self.logger.error(f"failed to sync disk queue - {task.exception()}")
+        elif not self.nsqd.exiting and queue.sync_due():  # writes made meanwhile are due already
+            self._start_sync(queue)
+
+    def running_syncs(self, topic: Topic | None = None) -> tuple[asyncio.Task[None], ...]:
+        """Syncs under way now: a publish arriving now is acknowledged after them. Only the
+        queues a publish to ``topic`` can write count: with --mem-queue-size > 0 the topic's
+        own (its pump writes the channels' later), else the topic's and its channels' (named
+        ``topic:channel``), whose writes precede the OK."""
+        if not self._syncing:
+            return ()
+        if topic is None:
+            return tuple(self._syncing.values())
+        if not topic.publish_writes_channels():
+            task = self._syncing.get(topic.backend)  # type: ignore[call-overload]
+            return (task,) if task is not None else ()
+        name = topic.name
+        return tuple(
+            task for queue, task in self._syncing.items() if queue.name.partition(":")[0] == name
+        )
+
+    # ------------------------------------------------------------------ health and fault logging
+
+    def set_health(self, error: str | None) -> None:
+        self.health_error = error
+
+    @property
+    def health(self) -> str:
+        return "OK" if self.health_error is None else f"NOK - {self.health_error}"
+
+    def _backend_writable(self, backend: Backend) -> None:
+        """A write succeeded after failures: healthy again (as Go), and say the fault ended."""
+        self.set_health(None)
+        self.fault_log.recovered(backend.name, f"DISKQUEUE({backend.name}): writing again")
+        self.fault_log.recovered(_REFUSED_WRITES, "clients' publishes succeed again")
+
+    def log_client_error(self, remote_address: str, err: ProtocolError) -> None:
+        """Go logs every error sent to a client; the refusals of a failing disk are said once
+        and then summarised, as one refused PUB per client attempt would flood the log."""
+        line = f"[{remote_address}] - {err}"
+        if err.code in _WRITE_FAILURE_CODES:
+            self.fault_log.failed(_REFUSED_WRITES, line)
+        else:
+            self.logger.error(line)
+
+    # ------------------------------------------------------------------ shutdown flushes
+
+    def flush_channel_to_backend(self, channel: Channel) -> bool:
+        """Shutdown: memory, in-flight, then deferred messages to disk, in Go's order; False
+        if the disk refused them."""
+        now = self.nsqd.now()
+        deferred = [(m, max(0.0, m.pri - now)) for m in channel.deferred.values()]
+        msgs = channel.messages_to_persist()
+        stored = True
+        if msgs and not channel.ephemeral:
+            count = len(msgs)
+            self.logger.info(
+                f"CHANNEL({channel.name}): flushing {count} memory messages to backend"
+            )
+            stored = self._put_many_logged(channel.backend, msgs, f"CHANNEL({channel.name})")
+        self.nsqd.persistence.remember_deferred(channel.backend, deferred)
+        return stored
+
+    def flush_topic_to_backend(self, topic: Topic) -> None:
+        msgs = list(topic.memory_queue)
+        topic.memory_queue.clear()
+        if msgs and not topic.ephemeral:
+            count = len(msgs)
+            self.logger.info(f"TOPIC({topic.name}): flushing {count} memory messages to backend")
+            self._put_many_logged(topic.backend, msgs, f"TOPIC({topic.name})")
+        deferred = [(m, m.deferred) for m in msgs if m.deferred]
+        self.nsqd.persistence.remember_deferred(topic.backend, deferred)
+
+    def _put_many_logged(self, backend: Backend, msgs: list[Message], context: str) -> bool:
+        try:
+            backend.put_many([m.encode() for m in msgs])
+        except (DiskQueueError, OSError) as exc:
+            self.logger.error(f"{context} ERROR: failed to write messages to backend - {exc}")
+            return False
+        return True
+
+    def close_backend(self, backend: Backend, context: str) -> None:
+        try:
+            backend.close()
+        except (DiskQueueError, OSError) as exc:
+            self.logger.error(f"{context} ERROR: failed to close backend - {exc}")

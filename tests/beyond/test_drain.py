@@ -7,9 +7,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from nsqpy.testing import DaemonProcess, start_nsqlookupd
+from nsqpy.testing import DaemonProcess, start_nsqadmin, start_nsqlookupd
 
-from ..raw_v2 import NsqConn, channel_stats, http_request, q, unique, wait_until
+from ..raw_v2 import NsqConn, channel_stats, http_request, q, unique, wait_for, wait_until
 from .support import launch
 
 
@@ -20,6 +20,57 @@ def lookup_producers(lookupd: DaemonProcess, topic: str) -> list[object]:
     producers = resp.json()["producers"]
     assert isinstance(producers, list)
     return producers
+
+
+def tcp_ports_listed(daemon: DaemonProcess, path: str) -> list[int]:
+    """The nsqd TCP ports in nsqlookupd's ``/nodes`` (``producers``) or nsqadmin's
+    ``/api/nodes`` (``nodes``)."""
+    resp = http_request(daemon, "GET", path)
+    assert resp.status == 200, resp.body
+    body = resp.json()
+    return sorted(int(node["tcp_port"]) for node in body.get("producers", body.get("nodes")))
+
+
+def test_draining_nsqd_leaves_lookupd_nodes(daemons: list[DaemonProcess], tmp_path: Path) -> None:
+    """A draining nsqd is leaving: it closes its lookupd connections and stays away, so
+    lookupd's /nodes (and nsqadmin's node list, built from it) stop listing it at once, not
+    only its topics. Found by the chaos harness (issue 19)."""
+    lookupd = start_nsqlookupd()
+    daemons.append(lookupd)
+    lookupd_tcp = "{}:{}".format(*lookupd.tcp_address)
+    lookupd_http = "{}:{}".format(*lookupd.http_address)
+    admin = start_nsqadmin(f"--lookupd-http-address={lookupd_http}")
+    daemons.append(admin)
+    (tmp_path / "drains").mkdir()
+    (tmp_path / "stays").mkdir()
+    nsqd = launch(
+        daemons, tmp_path / "drains", "--drain-timeout=30s", f"--lookupd-tcp-address={lookupd_tcp}"
+    )
+    other = launch(daemons, tmp_path / "stays", f"--lookupd-tcp-address={lookupd_tcp}")
+    both = sorted([nsqd.tcp_address[1], other.tcp_address[1]])
+    wait_until(lambda: tcp_ports_listed(lookupd, "/nodes") == both, timeout=10, what="listed")
+    wait_until(lambda: tcp_ports_listed(admin, "/api/nodes") == both, timeout=10)
+
+    topic = unique("leaving")
+    NsqConn(nsqd.tcp_address).pub(topic, b"held")
+    consumer = NsqConn(nsqd.tcp_address)
+    consumer.sub(topic, "c")
+    consumer.rdy(1)
+    held = consumer.expect_message()  # in flight: the drain waits for it
+    assert nsqd.proc is not None
+    nsqd.proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: http_request(nsqd, "GET", "/ping").status == 503, timeout=5)
+
+    alone = [other.tcp_address[1]]
+    wait_for(lambda: tcp_ports_listed(lookupd, "/nodes"), alone.__eq__, 5, "left /nodes")
+    wait_for(lambda: tcp_ports_listed(admin, "/api/nodes"), alone.__eq__, 5, "left nsqadmin")
+    time.sleep(1.0)  # ten reconnect delays: a draining nsqd must not come back
+    assert tcp_ports_listed(lookupd, "/nodes") == alone
+    assert nsqd.proc.poll() is None  # still draining, still delivering
+
+    consumer.fin(held.id)
+    assert nsqd.proc.wait(15) == 0
+    consumer.close()
 
 
 def test_drain_with_slow_consumer_and_lookupd(daemons: list[DaemonProcess], tmp_path: Path) -> None:

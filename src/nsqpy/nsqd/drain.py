@@ -1,8 +1,9 @@
 """Graceful drain before shutdown (nsqpy addition, ``--drain-timeout``; docs/beyond-go.md).
 
 On SIGTERM with a drain timeout, nsqd first stops taking publishes (PUB/MPUB/DPUB answer
-``E_<CMD>_FAILED ... draining``, HTTP /pub and /mpub 503 ``DRAINING``), unregisters every topic
-and channel from nsqlookupd so consumers stop discovering it, answers ``/ping`` with
+``E_<CMD>_FAILED ... draining``, HTTP /pub and /mpub 503 ``DRAINING``), leaves nsqlookupd
+(closes its connections and does not reconnect, so lookupd drops the node from ``/nodes`` and
+every topic and channel from ``/lookup``: consumers stop discovering it), answers ``/ping`` with
 503 ``DRAINING`` for readiness probes, and keeps delivering until every channel is empty
 (depth + in flight + deferred == 0) or the timeout passes. Then the usual shutdown persists
 whatever is left.
@@ -26,14 +27,12 @@ def start_draining(nsqd: NSQD) -> None:
     if nsqd.draining:
         return
     nsqd.draining = True
-    nsqd.logger.info("NSQ: draining - refusing publishes, unregistering from nsqlookupd")
-    lookup = nsqd.lookup
-    if lookup is None:
-        return
-    for topic in nsqd.topics.values():
-        for channel in topic.channels:
-            lookup.notify(topic.name, channel, register=False)
-        lookup.notify(topic.name, None, register=False)
+    nsqd.logger.info("NSQ: draining - refusing publishes, leaving nsqlookupd")
+    if nsqd.lookup is not None:
+        # A closed connection is how lookupd learns a node is gone: it removes the node and
+        # all its registrations (Go's nsqlookupd does the same). UNREGISTERs alone would leave
+        # the node listed in /nodes, with no topics, for the whole drain.
+        nsqd.lookup.leave()
 
 
 def remaining(nsqd: NSQD) -> int:

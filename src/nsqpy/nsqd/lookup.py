@@ -189,6 +189,10 @@ class LookupPeer:
                     if cmd is not None:
                         self._owner.log(lg.INFO, f"LOOKUPD({self.addr}): {label}{_describe(cmd)}")
                     await self.command(cmd)
+                if self._closed:
+                    # cancel() during a command whose wait_for swallowed the cancellation:
+                    # _idle would clear the wake-up and hold the connection for a ping interval
+                    break
                 now = loop.time()
                 if now >= next_ping:
                     # a ticker: on schedule, but never a burst after a slow round trip
@@ -432,6 +436,8 @@ class LookupPeers:
         # no DNS cache: lookupd's broadcast address is often a name that can move (#1233)
         self._http = ApiClient(http_connect_timeout, http_request_timeout, dns_cache=False)
         self._started = False
+        #: set by leave(): no connection, no reconnect, no registration until stop()
+        self._left = False
 
     def identity(self) -> Mapping[str, Any]:
         identity = self._identity
@@ -461,10 +467,29 @@ class LookupPeers:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._http.close()
 
+    def leave(self) -> None:
+        """Close every lookupd connection and stay away (nsqpy drain, docs/beyond-go.md).
+
+        nsqlookupd drops a peer whose connection closes, with all its registrations, so the
+        node leaves ``/nodes`` at once instead of lingering there with no topics. Later
+        notifications and address changes are ignored. The peers (and so
+        :meth:`lookupd_http_addresses`, for channel pre-creation) stay known; :meth:`stop`
+        waits for the closing tasks.
+        """
+        if self._left:
+            return
+        self._left = True
+        self.log(lg.INFO, "LOOKUP: leaving every nsqlookupd (draining)")
+        for peer in self._peers:
+            task = peer.cancel()
+            if task is not None:
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+
     def set_addresses(self, addresses: Iterable[str]) -> None:
         """New ``--lookupd-tcp-address`` list: drop peers no longer listed, add new ones."""
         self._addresses = list(addresses)
-        if self._started:
+        if self._started and not self._left:
             self._reconcile()
 
     def _reconcile(self) -> None:
@@ -493,7 +518,7 @@ class LookupPeers:
 
     def notify(self, topic: str, channel: str | None, register: bool) -> None:
         """A topic (``channel`` None) or channel was created (``register``) or deleted."""
-        if not self._started:
+        if not self._started or self._left:
             return  # the first connect registers whatever exists by then
         encode = register_command if register else unregister_command
         cmd = encode(topic, channel)

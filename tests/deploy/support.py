@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from nsqpy.testing import DaemonProcess
+
+from ..raw_v2 import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
@@ -63,11 +64,5 @@ def post(daemon: DaemonProcess, path: str, body: bytes = b"") -> None:
 
 
 def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or 'condition'}")
-        time.sleep(0.05)
+    """Poll ``check`` until it returns something truthy (the suite's shared poller)."""
+    return wait_until(check, timeout, what)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from nsqpy.chaos.__main__ import main as chaos_main
 from nsqpy.chaos.checker import check
 from nsqpy.chaos.faults import FAULT_CLASSES, make_schedule
@@ -85,6 +87,16 @@ def test_without_root_it_says_why_and_exits_2(monkeypatch, capsys):
     assert chaos_main(["--duration", "1"]) == 2
     assert "needs root" in capsys.readouterr().err
     assert chaos_main(["cleanup"]) == 2
+
+
+@pytest.mark.parametrize(
+    "args", [["--duration", "-1"], ["--rate", "0"], ["--publishers", "0"], ["--settle", "-1"]]
+)
+def test_bad_run_arguments_are_refused_before_anything_starts(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        chaos_main(args)
+    assert exit_info.value.code == 2
+    assert args[0] in capsys.readouterr().err
 
 
 def test_cleanup_removes_a_crashed_runs_namespaces_and_processes():

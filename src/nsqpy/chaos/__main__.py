@@ -66,7 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_main(args[1:])
     if args and args[0].startswith("workload-"):
         return workload_main(args[0], args[1:])
-    opts = run_parser().parse_args(args)
+    parser = run_parser()
+    opts = parser.parse_args(args)
+    for flag in ("duration", "rate", "pub_timeout", "msg_timeout", "publishers"):
+        if getattr(opts, flag) <= 0:
+            parser.error(f"--{flag.replace('_', '-')} must be positive")
+    if opts.settle < 0:
+        parser.error("--settle must not be negative")
     logging.basicConfig(
         level=logging.INFO if opts.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",

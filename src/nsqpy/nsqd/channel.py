@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from ..protocol.names import is_ephemeral
 from .backend import Backend
 from .errors import BackendWriteError
-from .message import Message, message_from_bytes
+from .message import Message, decode_records, message_from_bytes, own_copies
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
@@ -173,25 +173,33 @@ class Channel:
         memory_queue = self.memory_queue
         if len(memory_queue) >= count:
             popleft = memory_queue.popleft
-            msgs = [popleft() for _ in range(count)]
-            return [m.copy() if m.shared else m for m in msgs]
-        msgs = [m.copy() if m.shared else m for m in memory_queue]
+            return own_copies([popleft() for _ in range(count)])
+        msgs = own_copies(memory_queue)
         memory_queue.clear()
         if self.held_queue is not None:
             return self._take_held(self.held_queue, msgs, count)
         backend = self.backend
         while len(msgs) < count:
-            data = backend.get()
-            if data is None:
+            records = backend.get_many(count - len(msgs))
+            if not records:
                 break
-            decoded = self._decode(data)
-            if decoded is None:
-                continue
-            if self.skip_ids and decoded.id in self.skip_ids:
-                self.skip_ids.discard(decoded.id)
-                continue
-            msgs.append(decoded)
+            had = len(msgs)
+            for error in decode_records(records, msgs):
+                self.nsqd.logger.error(f"failed to decode message - {error}")
+            if self.skip_ids:
+                msgs[had:] = self._without_skipped(msgs[had:])
         return msgs
+
+    def _without_skipped(self, msgs: list[Message]) -> list[Message]:
+        """``msgs`` less the disk copies of restored deferred messages (each skipped once)."""
+        skip_ids = self.skip_ids
+        kept = []
+        for msg in msgs:
+            if msg.id in skip_ids:
+                skip_ids.discard(msg.id)
+            else:
+                kept.append(msg)
+        return kept
 
     def _take_held(self, queue: DiskQueue, msgs: list[Message], count: int) -> list[Message]:
         """:meth:`_take` from a held queue: each message keeps its record's hold."""

@@ -33,7 +33,7 @@ def twins(
 
 
 def get_each(queue: DiskQueue, limit: int) -> list[bytes]:
-    out = []
+    out: list[bytes] = []
     while len(out) < limit and (record := queue.get()) is not None:
         out.append(record)
     return out

@@ -409,12 +409,14 @@ class Channel:
         held = self.held_queue
         released: list[Hold] = []  # held mode: given back in one call
         finished = len(ids)
+        pop = in_flight.pop
         for index, msg_id in enumerate(ids):
-            msg = in_flight.get(msg_id)
+            msg = pop(msg_id, None)  # one lookup for the usual case: found and the client's
             if msg is None or msg.client is not client:
+                if msg is not None:
+                    in_flight[msg_id] = msg  # another client's: left in flight
                 finished = index
                 break
-            del in_flight[msg_id]
             group = msg.group
             if group is not None:
                 del group[msg_id]

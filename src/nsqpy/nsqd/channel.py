@@ -92,7 +92,10 @@ class Channel:
         self._client_list: list[ClientV2] = []
         self._rr = 0
         self.in_flight: dict[bytes, Message] = {}
-        self._in_flight_groups: dict[float, dict[bytes, Message]] = {}
+        # the group of the usual timeout is ``in_flight`` itself (see "in flight" below)
+        self._in_flight_groups: dict[float, dict[bytes, Message]] = {
+            nsqd.options.msg_timeout: self.in_flight
+        }
         self._in_flight_capped: list[tuple[float, bytes, Message]] = []
         self.deferred: dict[bytes, Message] = {}
         self._deferred_pq: list[tuple[float, bytes, Message]] = []
@@ -374,6 +377,11 @@ class Channel:
     # one dict deadlines (delivery time + that timeout) are in insertion order, so FIN is an O(1)
     # delete and the timeout scan reads each dict from its head. A TOUCH capped by
     # --max-msg-timeout can break that order; those few go to a small heap instead.
+    #
+    # The group of nsqd's --msg-timeout, which nearly every client uses, is ``in_flight``
+    # itself (one dict to fill and empty per message, not two). ``in_flight`` also holds the
+    # other groups' and the capped messages: its scan passes over those (``msg.group`` is not
+    # ``in_flight``); a message put back in it out of order goes to the heap.
 
     def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> None:
         timeout = client.msg_timeout
@@ -410,7 +418,7 @@ class Channel:
             msg.pri = deadline
             msg.group = group
             msg_id = msg.id
-            in_flight[msg_id] = group[msg_id] = msg
+            in_flight[msg_id] = msg
             body = msg.body
             append(
                 pack(
@@ -420,6 +428,8 @@ class Channel:
             )
             append(body)
             size += len(body)
+        if group is not in_flight:
+            group.update([(msg.id, msg) for msg in msgs])
         return size + len(msgs) * (MESSAGE_FRAME_OVERHEAD + 4)
 
     def finish_many(self, client: ClientV2, ids: list[bytes]) -> int:
@@ -436,12 +446,13 @@ class Channel:
             msg = pop(msg_id, None)  # one lookup for the usual case: found and the client's
             if msg is None or msg.client is not client:
                 if msg is not None:
-                    in_flight[msg_id] = msg  # another client's: left in flight
+                    self._put_back_in_flight(msg)  # another client's: left in flight
                 finished = index
                 break
             group = msg.group
             if group is not None:
-                del group[msg_id]
+                if group is not in_flight:
+                    del group[msg_id]
                 msg.group = None
             msg.client = None
             if held is not None and msg.hold is not None:
@@ -453,18 +464,32 @@ class Channel:
             held.release_many(released)
         return finished
 
+    def _put_back_in_flight(self, msg: Message) -> None:
+        """``msg`` was taken out of ``in_flight`` by mistake: back at its end, so out of its
+        deadline order there; the heap times it out if it was of that group."""
+        self.in_flight[msg.id] = msg
+        if msg.group is self.in_flight:
+            msg.group = None
+            heapq.heappush(self._in_flight_capped, (msg.pri, msg.id, msg))
+
     def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             raise ChannelError("ID not in flight")
         if msg.client is not client:
             raise ChannelError("client does not own message")
-        del self.in_flight[msg_id]
+        self._ungroup(msg)
+        return msg
+
+    def _ungroup(self, msg: Message) -> None:
+        """Take ``msg`` out of ``in_flight`` and of its group."""
+        in_flight = self.in_flight
+        del in_flight[msg.id]
         group = msg.group
         if group is not None:
-            del group[msg_id]
+            if group is not in_flight:
+                del group[msg.id]
             msg.group = None
-        return msg
 
     def finish_message(self, client: ClientV2, msg_id: bytes) -> None:
         msg = self._pop_in_flight(client, msg_id)
@@ -506,6 +531,8 @@ class Channel:
         expired: list[Message] = []
         for group in self._in_flight_groups.values():
             for msg in group.values():
+                if msg.group is not group:
+                    continue  # in ``in_flight``, of another group or capped
                 if msg.pri > now:
                     break
                 expired.append(msg)
@@ -515,10 +542,7 @@ class Channel:
             if self.in_flight.get(msg_id) is msg and msg.group is None and msg.pri == pri:
                 expired.append(msg)
         for msg in expired:
-            del self.in_flight[msg.id]
-            if msg.group is not None:
-                del msg.group[msg.id]
-                msg.group = None
+            self._ungroup(msg)
             self.timeout_count += 1
             owner = msg.client
             msg.client = None
@@ -597,7 +621,7 @@ class Channel:
     def empty(self) -> None:
         """Discard queued, in-flight and deferred messages (HTTP /channel/empty)."""
         self.in_flight.clear()
-        self._in_flight_groups = {}
+        self._in_flight_groups = {self.nsqd.options.msg_timeout: self.in_flight}
         self._in_flight_capped = []
         self.deferred.clear()
         self._deferred_pq = []

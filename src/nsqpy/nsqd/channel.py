@@ -24,7 +24,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..protocol.frames import FRAME_TYPE_MESSAGE
-from ..protocol.message import MESSAGE_FRAME_HEADER, MESSAGE_FRAME_OVERHEAD
+from ..protocol.message import MESSAGE_FRAME_HEAD, MESSAGE_FRAME_OVERHEAD
 from ..protocol.names import is_ephemeral
 from .backend import Backend
 from .errors import BackendWriteError
@@ -399,8 +399,8 @@ class Channel:
         self, msgs: list[Message], client: ClientV2, now: float, frames: list[bytes]
     ) -> int:
         """:meth:`start_in_flight` for a window of messages delivered at once, each with its
-        attempts raised, and their message frames appended to ``frames`` (header and ID as
-        one part, the body as another), all in one loop; the frames' total size."""
+        attempts raised, and their message frames appended to ``frames`` (header and ID
+        packed as one part, the body as another), all in one loop; the frames' total size."""
         timeout = client.msg_timeout
         deadline = now + timeout
         in_flight = self.in_flight
@@ -408,7 +408,7 @@ class Channel:
         if group is None:
             group = self._in_flight_groups[timeout] = {}
         append = frames.append
-        pack = MESSAGE_FRAME_HEADER.pack
+        pack = MESSAGE_FRAME_HEAD.pack
         size = 0
         for msg in msgs:
             attempts = msg.attempts + 1
@@ -422,9 +422,12 @@ class Channel:
             body = msg.body
             append(
                 pack(
-                    MESSAGE_FRAME_OVERHEAD + len(body), FRAME_TYPE_MESSAGE, msg.timestamp, attempts
+                    MESSAGE_FRAME_OVERHEAD + len(body),
+                    FRAME_TYPE_MESSAGE,
+                    msg.timestamp,
+                    attempts,
+                    msg_id,
                 )
-                + msg_id
             )
             append(body)
             size += len(body)

@@ -63,6 +63,8 @@ class _Reading(_Recovery):
         if self._read_fd is None or self._closed or offset < 0:
             return 0
         stop = len(buf)
+        if self._read_file_num > self._write_file_num:
+            return 0  # corrupt positions: _get() repairs them
         if self._read_file_num < self._write_file_num:
             end = self._read_end if self._read_end is not None else self._max_bytes_per_file
             # strictly before the file's end: the record reaching it is _read_one's

@@ -44,8 +44,7 @@ def test_a_data_path_turned_read_only_refuses_writes_until_it_is_writable_again(
         # nothing written to a queue yet, so no file is open for writing and the remount works
         remount(disk, "ro")
         mark = log_mark(nsqd)
-        # the topic's own disk queue takes the publish first (--sync-every is not 1), as in Go
-        error = f"{disk}/t.diskqueue.000000.dat: read-only file system"
+        error = f"{disk}/t:c.diskqueue.000000.dat: read-only file system"
         for _ in range(50):
             conn = NsqConn(nsqd.tcp_address)
             conn.send(pub_cmd("t", b"refused"))

@@ -121,13 +121,11 @@ class Topic:
     # batch per turn, so publishers and fan-out share the loop as Go's goroutines share CPUs.
     # Two publishes skip the topic queue when nothing waits in it: a DPUB goes straight to the
     # channels' deferred queues (keeping its deferral, which a disk queue cannot hold), and
-    # with --mem-queue-size=0 --sync-every=1 a message goes straight to the channels' disk
-    # queues, so the publish is acknowledged after the very writes and fsyncs that deliver
-    # it (issue 22's mode: the topic's read position is never synced past a message whose
-    # channel copies are not). With --mem-queue-size=0 and a larger --sync-every, the topic's
-    # disk queue holds it first, as in Go: a kill -9 loses nothing either way (the pump writes
-    # the channels' copies before the topic's read position moves), and a power cut can lose
-    # up to --sync-every unsynced records of a queue either way.
+    # with --mem-queue-size=0 a message goes straight to the channels' disk queues, so the
+    # publish is acknowledged after the very writes (and syncs) that deliver it. (Go writes
+    # the topic's disk queue and copies to the channels' later; when a channel's disk is full
+    # by then, Go logs "failed to write message to backend" and the copy is lost. Here a
+    # full disk refuses the publish instead.)
 
     def new_message(self, body: bytes) -> Message:
         return Message(self.guid.new_id(), body, self.nsqd.wall_ns())
@@ -185,13 +183,9 @@ class Topic:
     def publish_writes_channels(self) -> bool:
         """Whether a publish now may write the channels' queues before its OK (so its OK
         waits for their running fsyncs too, ``BackendWrites.running_syncs``): with
-        --mem-queue-size=0 and either --sync-every=1 (write straight to the channels' disk
-        queues, see "publishing" above) or an ephemeral topic (which has no disk queue of its
-        own), and while --max-queue-bytes caps are set (a publish is admitted against the
-        channels' bytes, so it must reach them at once)."""
-        if self.nsqd.queue_limits.active:
-            return True
-        return self.mem_capacity <= 0 and (self.ephemeral or self.nsqd.options.sync_every <= 1)
+        --mem-queue-size=0 (see "publishing" above) and while --max-queue-bytes caps are set
+        (a publish is admitted against the channels' bytes, so it must reach them at once)."""
+        return self.mem_capacity <= 0 or self.nsqd.queue_limits.active
 
     def _put(self, msg: Message) -> None:
         if msg.deferred and self.flowing():

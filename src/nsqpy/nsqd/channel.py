@@ -365,7 +365,12 @@ class Channel:
     # delete and the timeout scan reads each dict from its head. A TOUCH capped by
     # --max-msg-timeout can break that order; those few go to a small heap instead.
 
-    def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> None:
+    def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> bool:
+        """False, changing nothing, for a second copy of a message already in flight (see
+        :meth:`start_in_flight_many`): the caller does not send it."""
+        if msg.id in self.in_flight:
+            self._release(msg)
+            return False
         timeout = client.msg_timeout
         msg.client = client
         msg.delivery_ts = now
@@ -376,21 +381,39 @@ class Channel:
             group = self._in_flight_groups[timeout] = {}
         group[msg.id] = msg
         msg.group = group
+        return True
 
-    def start_in_flight_many(self, msgs: list[Message], client: ClientV2, now: float) -> None:
-        """:meth:`start_in_flight` for a window of messages delivered at once."""
+    def start_in_flight_many(
+        self, msgs: list[Message], client: ClientV2, now: float
+    ) -> list[Message]:
+        """:meth:`start_in_flight` for a window of messages delivered at once; the messages
+        to send: a second copy of a message already in flight on this channel (the same ID,
+        read again from a disk queue after a crash, when its first copy had been delivered
+        but not yet recorded as read) is dropped, not sent: the copy in flight stands for
+        it, and two copies with one ID would leave the client's in-flight count too high."""
         timeout = client.msg_timeout
         deadline = now + timeout
         in_flight = self.in_flight
         group = self._in_flight_groups.get(timeout)
         if group is None:
             group = self._in_flight_groups[timeout] = {}
+        duplicates: list[Message] = []
         for msg in msgs:
+            msg_id = msg.id
+            if msg_id in in_flight:
+                duplicates.append(msg)
+                continue
             msg.client = client
             msg.delivery_ts = now
             msg.pri = deadline
             msg.group = group
-            in_flight[msg.id] = group[msg.id] = msg
+            in_flight[msg_id] = group[msg_id] = msg
+        if not duplicates:
+            return msgs
+        for msg in duplicates:
+            self._release(msg)
+        dropped = set(map(id, duplicates))
+        return [msg for msg in msgs if id(msg) not in dropped]
 
     def finish_many(self, client: ClientV2, ids: list[bytes]) -> int:
         """FIN each ID in order, stopping at the first that is not ``client``'s in flight;

@@ -383,7 +383,12 @@ class Channel:
     # other groups' and the capped messages: its scan passes over those (``msg.group`` is not
     # ``in_flight``); a message put back in it out of order goes to the heap.
 
-    def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> None:
+    def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> bool:
+        """False, changing nothing, for a second copy of a message already in flight (see
+        :meth:`start_in_flight_many`): the caller does not send it."""
+        if msg.id in self.in_flight:
+            self._release(msg)
+            return False
         timeout = client.msg_timeout
         msg.client = client
         msg.delivery_ts = now
@@ -394,31 +399,42 @@ class Channel:
             group = self._in_flight_groups[timeout] = {}
         group[msg.id] = msg
         msg.group = group
+        return True
 
     def start_in_flight_many(
         self, msgs: list[Message], client: ClientV2, now: float, frames: list[bytes]
-    ) -> int:
+    ) -> tuple[int, int]:
         """:meth:`start_in_flight` for a window of messages delivered at once, each with its
         attempts raised, and their message frames appended to ``frames`` (header and ID
-        packed as one part, the body as another), all in one loop; the frames' total size."""
+        packed as one part, the body as another), all in one loop; how many were put in
+        flight and the size of their frames.
+
+        A second copy of a message already in flight on this channel (the same ID, read again
+        from a disk queue after a crash, when its first copy had been delivered but not yet
+        recorded as read) is dropped, not sent: the copy in flight stands for it, and two
+        copies with one ID would leave the client's in-flight count too high."""
         timeout = client.msg_timeout
         deadline = now + timeout
         in_flight = self.in_flight
         group = self._in_flight_groups.get(timeout)
         if group is None:
             group = self._in_flight_groups[timeout] = {}
+        put_in_flight = in_flight.setdefault  # one lookup: the duplicate check and the insert
+        duplicates: list[Message] = []
         append = frames.append
         pack = MESSAGE_FRAME_HEAD.pack
         size = 0
         for msg in msgs:
+            msg_id = msg.id
+            if put_in_flight(msg_id, msg) is not msg:
+                duplicates.append(msg)
+                continue
             attempts = msg.attempts + 1
             msg.attempts = attempts
             msg.client = client
             msg.delivery_ts = now
             msg.pri = deadline
             msg.group = group
-            msg_id = msg.id
-            in_flight[msg_id] = msg
             body = msg.body
             append(
                 pack(
@@ -431,9 +447,12 @@ class Channel:
             )
             append(body)
             size += len(body)
+        sent = len(msgs) - len(duplicates)
         if group is not in_flight:
-            group.update([(msg.id, msg) for msg in msgs])
-        return size + len(msgs) * (MESSAGE_FRAME_OVERHEAD + 4)
+            group.update([(msg.id, msg) for msg in msgs if msg.group is group])
+        for msg in duplicates:
+            self._release(msg)
+        return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
 
     def finish_many(self, client: ClientV2, ids: list[bytes]) -> int:
         """FIN each ID in order, stopping at the first that is not ``client``'s in flight;

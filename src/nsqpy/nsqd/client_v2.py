@@ -461,8 +461,9 @@ class ClientV2(asyncio.Protocol):
     def send_message(self, channel: Channel, msg: Message) -> None:
         if self.sample_rate and random.randrange(100) > self.sample_rate:
             return  # sampled out: consumed and dropped, as Go does
+        if not channel.start_in_flight(msg, self, self.nsqd.now()):
+            return
         msg.attempts += 1
-        channel.start_in_flight(msg, self, self.nsqd.now())
         self.in_flight_count += 1
         self.message_count += 1
         frame = msg.frame()
@@ -472,8 +473,8 @@ class ClientV2(asyncio.Protocol):
     def send_messages(self, channel: Channel, msgs: list[Message]) -> None:
         """Put a window of messages in flight and buffer their frames (the flush's join
         copies each body once)."""
-        self._out_len += channel.start_in_flight_many(msgs, self, self.nsqd.now(), self._out)
-        count = len(msgs)
+        count, size = channel.start_in_flight_many(msgs, self, self.nsqd.now(), self._out)
+        self._out_len += size
         self.in_flight_count += count
         self.message_count += count
 

@@ -5,21 +5,13 @@ hands a message straight to a ready consumer when it arrives, and pulls from its
 consumer when that consumer becomes ready (RDY raised, a message finished, unpause). No
 per-message timers: deadlines sit in heaps scanned by the nsqd queue-scan loop.
 
-Issue 22, with ``--mem-queue-size=0 --sync-every=1`` (``hold_messages``): a message is in the
-channel's disk queue before any consumer gets it, and its record stays *held* there until the
-message is finished, requeued as a newer record or dead-lettered (read_holds.py): the queue's
-metadata records the start of the oldest held record, so after a SIGKILL every in-flight and
-deferred message is read again (at least once; its attempts as on disk, which a redelivery
-raises to what the consumer saw). A message handed straight to a ready consumer is appended and
-held at once (``put_held``). A DPUB or restored deferral whose record lands behind waiting
-records is *early*: when the cursor reaches that record it becomes the deferred message's hold
-instead of a delivery; if the deferral ends first, that record is delivered when reached.
+Issue 22's held mode (``--mem-queue-size=0 --sync-every=1``: each message's disk record kept
+until it is finished) is in channel_held.py, a base class of :class:`Channel`.
 """
 
 from __future__ import annotations
 
 import heapq
-import os
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -27,31 +19,25 @@ from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.message import MESSAGE_FRAME_HEAD, MESSAGE_FRAME_OVERHEAD
 from ..protocol.names import is_ephemeral
 from .backend import Backend
+from .channel_held import RELOCATE_AFTER, HeldMessages
 from .errors import BackendWriteError
-from .message import Message, decode_records, message_from_bytes, own_copies
+from .message import Message, decode_records, own_copies
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
-    from .diskqueue import DiskQueue
     from .nsqd import NSQD
     from .read_holds import Hold
     from .topic import Topic
-
-
-#: held mode: once the committed position keeps more records than this, a deferred message at
-#: its head is stored again at the tail (``_relocate_deferred``); the tests lower it
-RELOCATE_AFTER = int(os.environ.get("NSQPY_HELD_RELOCATE_AFTER", "100000"))
 
 
 class ChannelError(Exception):
     pass
 
 
-class Channel:
+class Channel(HeldMessages):
     __slots__ = (
         "_client_list",
         "_deferred_pq",
-        "_early",
         "_in_flight_capped",
         "_in_flight_groups",
         "_rr",
@@ -63,7 +49,6 @@ class Channel:
         "e2e",
         "ephemeral",
         "exiting",
-        "held_queue",
         "in_flight",
         "max_attempts",
         "mem_capacity",
@@ -111,14 +96,7 @@ class Channel:
         self.max_attempts = 0
         self.dead_letter_suffix = ""
         self.dead_letter_count = 0
-        # issue 22 (module docstring): the disk queue holding every unfinished message, or None
-        self.held_queue: DiskQueue | None = None
-        self._early: dict[bytes, Message] = {}
-
-    def hold_messages(self, queue: DiskQueue) -> None:
-        """Keep every message in ``queue`` (this channel's backend) until it is finished."""
-        queue.hold_reads()
-        self.held_queue = queue
+        super().__init__()  # held mode (channel_held.py): off until hold_messages()
 
     # ------------------------------------------------------------------ consumers
 
@@ -206,43 +184,6 @@ class Channel:
                 kept.append(msg)
         return kept
 
-    def _take_held(self, queue: DiskQueue, msgs: list[Message], count: int) -> list[Message]:
-        """:meth:`_take` from a held queue: each message keeps its record's hold."""
-        early = self._early
-        while len(msgs) < count:
-            got = queue.get_held()
-            if got is None:
-                break
-            data, hold = got
-            msg = self._decode(data)
-            if msg is None:
-                queue.release(hold)
-                continue
-            if self.skip_ids and msg.id in self.skip_ids:
-                self.skip_ids.discard(msg.id)
-                queue.release(hold)
-                continue
-            if early:
-                deferred = early.pop(msg.id, None)
-                if deferred is not None and self.deferred.get(msg.id) is deferred:
-                    deferred.hold = hold  # still deferred: this record is now its hold
-                    continue
-            msg.hold = hold
-            msgs.append(msg)
-        return msgs
-
-    def early_ids(self) -> set[bytes]:
-        """IDs of deferred messages whose record waits in the queue (module docstring)."""
-        return set(self._early)
-
-    def _release(self, msg: Message) -> None:
-        """``msg`` is finished or stored elsewhere: its record need not be kept."""
-        hold = msg.hold
-        if hold is not None:
-            msg.hold = None
-            if self.held_queue is not None:
-                self.held_queue.release(hold)
-
     def _pump_sampled(self, client: ClientV2) -> None:
         """One message at a time: a sampled-out message does not take a slot of RDY."""
         memory_queue = self.memory_queue
@@ -258,13 +199,6 @@ class Channel:
     def pump_all(self) -> None:
         for client in self._client_list:
             self.pump(client)
-
-    def _decode(self, data: bytes) -> Message | None:
-        try:
-            return message_from_bytes(data)
-        except ValueError as exc:
-            self.nsqd.logger.error(f"failed to decode message - {exc}")
-            return None
 
     # ------------------------------------------------------------------ putting messages
 
@@ -299,14 +233,6 @@ class Channel:
             self._store_deferred(self.held_queue, msg)
         self.start_deferred_timeout(msg, delay)
 
-    def _store_deferred(self, queue: DiskQueue, msg: Message) -> None:
-        """Held mode: a DPUB's message is on disk for the whole of its deferral."""
-        hold = self.writes.write_held(queue, msg, f"CHANNEL({self.name})")
-        if hold is None:
-            self._early[msg.id] = msg
-        else:
-            msg.hold = hold
-
     def requeue(self, msg: Message) -> None:
         """Put back a message nsqd already accepted (REQ, timeout, deferral due): if the disk
         refuses it, keep it in memory beyond --mem-queue-size rather than lose it."""
@@ -317,24 +243,6 @@ class Channel:
             self.put(msg)
         except BackendWriteError:
             self.memory_queue.append(msg)
-
-    def _requeue_held(self, msg: Message) -> None:
-        """Store ``msg`` again (as a newer record, with its attempts), then let the old go."""
-        if self._early.get(msg.id) is msg:
-            # its record still waits in the queue and is delivered when reached
-            del self._early[msg.id]
-            self.pump_all()
-            return
-        old = msg.hold
-        msg.hold = None
-        try:
-            self.put(msg)
-        except BackendWriteError:
-            msg.hold = old  # the disk still has its earlier record
-            self.memory_queue.append(msg)
-            return
-        if old is not None and self.held_queue is not None:
-            self.held_queue.release(old)
 
     def put(self, msg: Message) -> None:
         """Hand ``msg`` to a ready consumer, else queue it in memory, else in the backend."""
@@ -354,22 +262,6 @@ class Channel:
             self.memory_queue.append(msg)
             return
         self.writes.write_to_backend(self.backend, msg, f"CHANNEL({self.name})", self.memory_queue)
-
-    def _put_held(self, queue: DiskQueue, msg: Message) -> None:
-        """Held mode: on disk first; held at once when it goes straight to a ready consumer."""
-        msg = msg.private()  # the topic may share it with its other channels
-        context = f"CHANNEL({self.name})"
-        client = self._ready_client()
-        if client is None:
-            self.writes.write_to_backend(queue, msg, context, self.memory_queue)
-            return
-        hold = self.writes.write_held(queue, msg, context)
-        if hold is None:  # others wait before it on disk
-            self.pump(client)
-            return
-        msg.hold = hold
-        client.send_message(self, msg)
-        client.after_deliveries()
 
     # ------------------------------------------------------------------ in flight
     #
@@ -605,26 +497,6 @@ class Channel:
         if queue is not None and queue.held()[0] > RELOCATE_AFTER:
             self._relocate_deferred(queue)
         return dirty
-
-    def _relocate_deferred(self, queue: DiskQueue) -> None:
-        """A message deferred for long at the head of the held records keeps every later
-        record (and its files, and their bookkeeping) for its whole deferral: store it again
-        at the tail, early (module docstring), so the committed position moves on. In-flight
-        heads are left alone: their timeout bounds them."""
-        owners = {m.hold: m for m in self.deferred.values() if m.hold is not None}
-        count, head = queue.held()
-        while count > RELOCATE_AFTER:
-            msg = owners.pop(head, None)
-            if msg is None:
-                return
-            try:
-                self.writes.write_to_backend(queue, msg, f"CHANNEL({self.name})", self.memory_queue)
-            except BackendWriteError:
-                return
-            self._early[msg.id] = msg
-            msg.hold = None
-            queue.release(head)
-            count, head = queue.held()
 
     # ------------------------------------------------------------------ state
 

@@ -118,8 +118,23 @@ def cpu_seconds() -> dict[str, float]:
     return totals
 
 
-def cpu_used(before: dict[str, float], after: dict[str, float]) -> str:
-    """``after - before`` by kind, largest first, and the total."""
-    spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds by kind of process between two ``cpu_seconds()`` readings."""
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+
+
+def format_cpu(spent: dict[str, float]) -> str:
+    """CPU seconds by kind, largest first, and the total."""
     parts = [f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v > 0.005]
     return f"CPU s: {', '.join(parts)} (total {sum(spent.values()):.2f})"
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> str:
+    """``after - before`` by kind, largest first, and the total."""
+    return format_cpu(cpu_spent(before, after))
+
+
+def empty_channel(nsq: LocalNSQ, topic: str, channel: str) -> None:
+    """Drop a channel's messages on every nsqd (between benchmark trials)."""
+    for http in nsq.nsqd_http:
+        post(http, "/channel/empty", topic=topic, channel=channel)

@@ -14,7 +14,9 @@ One run prints, each with the load average (the machine is shared: say so with t
    (first micro-batch and Python worker start included) and steady state (the micro-batches
    after the first, from Spark's own ``durationMs.triggerExecution``); ratio to the floor.
 3. SINK: the archived bodies written back with ``df.write.format("nsq")`` beside one process
-   publishing the same rows with our Producer (MPUB, same batch size and window); ratio.
+   publishing the same rows with our Producer (MPUB, same batch size and window), in
+   ``--sink-trials`` alternating trials (sink, Producer, sink, Producer...: one ~1 s run of
+   each is at the mercy of the shared machine); every trial printed, ratio of the medians.
 
 Each step checks its count (Parquet rows, nsqd depth) so a fast wrong run cannot pass.
 """
@@ -27,11 +29,12 @@ import contextlib
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +43,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _spark_common import (
     channel_depth,
     cpu_seconds,
+    cpu_spent,
     cpu_used,
+    empty_channel,
     fill,
+    format_cpu,
     load,
     make_topic,
     parquet_rows,
@@ -269,6 +275,9 @@ def main() -> int:
     parser.add_argument("--per-partition", type=int, default=10_000, help="messagesPerPartition")
     parser.add_argument("--readers", type=int, default=1, help="readersPerNsqd")
     parser.add_argument("--sink-batch", type=int, default=500, help="batchSize (MPUB size)")
+    parser.add_argument(
+        "--sink-trials", type=int, default=3, help="alternating sink / Producer runs (medians)"
+    )
     parser.add_argument("--profile", help="directory: py-spy the driver and Python workers")
     parser.add_argument("--skip", default="", help="comma list of: floor,pyfloor,sink")
     parser.add_argument(
@@ -369,40 +378,60 @@ def run_sink(spark: Any, args: argparse.Namespace, nsq: LocalNSQ, out: Path, cou
     # the rows, as the floor's warm-up write does for the Parquet path
     spark.dataSource.register(noop_writer_source())
     bodies.write.format("benchnoop").mode("append").save()
-    cpu_before = cpu_seconds()
-    started = time.perf_counter()
-    writer = bodies.write.format("nsq").option("lookupd", nsq.lookupd_http)
-    writer = writer.option("topic", "bench_out").option("batchSize", str(args.sink_batch))
-    with profiled(args.profile, "sink"):
-        writer.mode("append").save()
-    sink_s = time.perf_counter() - started
-    sink_cpu = cpu_used(cpu_before, cpu_seconds())
-    published = channel_depth(nsq, "bench_out", "check")
-    print(f"SINK: df.write.format('nsq') ({cores} partitions)  {load()}", flush=True)
-    print(f"  sink                 {rate(published, sink_s, 'rows')}", flush=True)
-    print(f"    {sink_cpu}", flush=True)
-
-    cpu_before = cpu_seconds()
-    started = time.perf_counter()
-    bodies.write.format("benchnoop").mode("append").save()
-    noop_s = time.perf_counter() - started
-    noop_cpu = cpu_used(cpu_before, cpu_seconds())
-    print(f"  Spark's Python writer, discarding rows  {rate(count, noop_s, 'rows')}", flush=True)
-    print(f"    {noop_cpu}", flush=True)
-
     rows = ds.dataset(str(out), format="parquet").to_table(columns=["body"])["body"].to_pylist()
-    cpu_before = cpu_seconds()
-    producer_s = asyncio.run(publish_with_producer(nsq.nsqd_tcp, rows, args.sink_batch))
-    producer_cpu = cpu_used(cpu_before, cpu_seconds())
-    produced = channel_depth(nsq, "bench_prod", "check")
-    print(f"  Producer, 1 process  {rate(produced, producer_s, 'rows')}  {load()}", flush=True)
-    print(f"    {producer_cpu}", flush=True)
-    print(f"  sink / Producer: {producer_s / sink_s:.2f}x", flush=True)
+
+    def sink() -> None:
+        writer = bodies.write.format("nsq").option("lookupd", nsq.lookupd_http)
+        writer = writer.option("topic", "bench_out").option("batchSize", str(args.sink_batch))
+        writer.mode("append").save()
+
+    def producer() -> None:
+        asyncio.run(publish_with_producer(nsq.nsqd_tcp, rows, args.sink_batch))
+
+    print(
+        f"SINK: df.write.format('nsq') ({cores} partitions) beside one Producer process, "
+        f"{args.sink_trials} alternating trials of {count:,} rows",
+        flush=True,
+    )
+    # alternating trials: one ~1 s run of each is at the mercy of the shared machine
+    trials: dict[str, list[tuple[float, dict[str, float]]]] = {"sink": [], "Producer": []}
+    for n in range(1, args.sink_trials + 1):
+        for label, topic, run in (
+            ("sink", "bench_out", sink),
+            ("Producer", "bench_prod", producer),
+        ):
+            with profiled(args.profile if n == 1 else None, label.lower()):
+                seconds, cpu = timed_trial(run)
+            arrived = channel_depth(nsq, topic, "check")
+            print(f"  {n} {label:9} {rate(arrived, seconds, 'rows')}  {load()}", flush=True)
+            print(f"      {format_cpu(cpu)}", flush=True)
+            if arrived != count:
+                print(f"ERROR: {arrived} arrived, {count} written", file=sys.stderr)
+                return 1
+            empty_channel(nsq, topic, "check")
+            trials[label].append((seconds, cpu))
+
+    noop_s, noop_cpu = timed_trial(lambda: bodies.write.format("benchnoop").mode("append").save())
+    print(f"  Spark's Python writer, discarding rows  {rate(count, noop_s, 'rows')}", flush=True)
+    print(f"      {format_cpu(noop_cpu)}", flush=True)
+    sink_s, producer_s = (statistics.median(s for s, _ in trials[k]) for k in ("sink", "Producer"))
+    for label, runs in trials.items():
+        median_cpu = {k: statistics.median(c.get(k, 0.0) for _, c in runs) for k in runs[0][1]}
+        seconds = sink_s if label == "sink" else producer_s
+        print(f"  median {label:9} {rate(count, seconds, 'rows')}", flush=True)
+        print(f"      median {format_cpu(median_cpu)}", flush=True)
+    print(f"  sink / Producer (medians): {producer_s / sink_s:.2f}x", flush=True)
     print(f"  Python writer (no NSQ) / Producer: {producer_s / noop_s:.2f}x", flush=True)
-    if published != count or produced != count:
-        print(f"ERROR: {published} and {produced} arrived, {count} written", file=sys.stderr)
-        return 1
     return 0
+
+
+def timed_trial(run: Callable[[], None]) -> tuple[float, dict[str, float]]:
+    """Wall seconds and CPU seconds by kind of process of one ``run()``."""
+    cpu_before = cpu_seconds()
+    started = time.perf_counter()
+    run()
+    elapsed = time.perf_counter() - started
+    return elapsed, cpu_spent(cpu_before, cpu_seconds())
 
 
 async def publish_with_producer(nsqd: list[str], rows: list[bytes], batch: int) -> float:

@@ -45,6 +45,19 @@ def channel_depth(nsq: LocalNSQ, topic: str, channel: str) -> int:
     return total
 
 
+def arrived_depth(nsq: LocalNSQ, topic: str, channel: str, expected: int) -> int:
+    """The channel's depth once every acknowledged message reached it: nsqd's topic pump
+    moves messages to the channels a batch per loop turn, so right after the last OK the
+    channel can still be short (one sink trial counted 900,000 of 1,000,000 that way)."""
+    depth, last_change = channel_depth(nsq, topic, channel), time.monotonic()
+    while depth < expected and time.monotonic() - last_change < 2.0:
+        time.sleep(0.05)
+        now = channel_depth(nsq, topic, channel)
+        if now != depth:
+            depth, last_change = now, time.monotonic()
+    return depth
+
+
 def bodies_for(start: int, count: int, size: int) -> list[bytes]:
     """Numbered bodies of ``size`` bytes (>= 10), so a count check can trust the rows."""
     return [b"%010d" % (start + i) + b"x" * (size - 10) for i in range(count)]

@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _spark_common import (
-    channel_depth,
+    arrived_depth,
     cpu_seconds,
     cpu_spent,
     cpu_used,
@@ -402,7 +402,7 @@ def run_sink(spark: Any, args: argparse.Namespace, nsq: LocalNSQ, out: Path, cou
         ):
             with profiled(args.profile if n == 1 else None, label.lower()):
                 seconds, cpu = timed_trial(run)
-            arrived = channel_depth(nsq, topic, "check")
+            arrived = arrived_depth(nsq, topic, "check", count)
             print(f"  {n} {label:9} {rate(arrived, seconds, 'rows')}  {load()}", flush=True)
             print(f"      {format_cpu(cpu)}", flush=True)
             if arrived != count:

@@ -60,21 +60,27 @@ from nsqpy.pipeline.local import LocalNSQ
 
 
 def floor_table(first: int, count: int, size: int) -> Any:
-    """``count`` rows exactly as the source stages them (schema and body size)."""
+    """``count`` rows exactly as the source stages them (schema and body size), made with
+    Arrow kernels: the Python floor should cost its worker as little as possible."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from nsqpy.spark.staging import STAGED_SCHEMA
 
-    bodies = [b"%010d" % (first + i) + b"x" * (size - 10) for i in range(count)]
-    now_us = int(time.time() * 1e6)
+    numbers = pa.array(range(first, first + count), pa.int64()).cast(pa.string())
+    padding = pa.scalar(b"x" * (size - 10), pa.binary())
+    bodies = pc.binary_join_element_wise(
+        pc.utf8_lpad(numbers, 10, "0").cast(pa.binary()), padding, b""
+    )
+    now_us = pa.scalar(int(time.time() * 1e6), pa.timestamp("us", tz="UTC"))
     columns = [
-        pa.array(bodies, pa.binary()),
-        pa.array([f"{first + i:016x}" for i in range(count)], pa.string()),
-        pa.array([1] * count, pa.int32()),
-        pa.array([now_us] * count, pa.timestamp("us", tz="UTC")),
-        pa.array(["127.0.0.1:4150"] * count, pa.string()),
-        pa.array(["bench"] * count, pa.string()),
-        pa.array(["spark"] * count, pa.string()),
+        bodies,
+        pc.utf8_lpad(numbers, 16, "0"),  # 16 characters, as nsqd's hex ids
+        pa.repeat(pa.scalar(1, pa.int32()), count),
+        pa.repeat(now_us, count),
+        pa.repeat(pa.scalar("127.0.0.1:4150", pa.string()), count),
+        pa.repeat(pa.scalar("bench", pa.string()), count),
+        pa.repeat(pa.scalar("spark", pa.string()), count),
     ]
     return pa.Table.from_arrays(columns, schema=STAGED_SCHEMA)
 
@@ -91,9 +97,13 @@ def stage_parquet(directory: Path, count: int, size: int, per_file: int) -> None
 def python_floor_source(count: int, size: int, per_trigger: int, per_partition: int) -> type:
     """A Python streaming source that makes the rows in memory: the Data Source API's cost."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+    from nsqpy.spark.fetch import record_batches
     from nsqpy.spark.source import FULL_SCHEMA
+
+    target = to_arrow_schema(FULL_SCHEMA, timezone="UTC")
 
     class GenReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def initialOffset(self) -> dict[str, int]:
@@ -111,7 +121,8 @@ def python_floor_source(count: int, size: int, per_trigger: int, per_partition: 
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
             first, n = partition.value
-            yield from floor_table(first, n, size).to_batches()
+            # the exact Arrow types Spark expects, as the nsq source hands them over
+            yield from record_batches(floor_table(first, n, size), target)
 
         def commit(self, end: dict[str, int]) -> None:
             pass

@@ -93,6 +93,20 @@ def test_sink_options() -> None:
     assert options.batch_size == 7 and options.topic is None
 
 
+def test_sink_says_which_columns_it_does_not_publish(caplog: pytest.LogCaptureFixture) -> None:
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    from nsqpy.spark.sink import check_sink_schema
+
+    options = parse_sink_options({"nsqd": "127.0.0.1:4150", "topic": "t"})
+    needed = [StructField("body", BinaryType()), StructField("defer_ms", LongType())]
+    with caplog.at_level("WARNING", logger="nsqpy.spark"):
+        check_sink_schema(StructType(needed), options)
+        assert not caplog.records
+        check_sink_schema(StructType([*needed, StructField("nsqd", StringType())]), options)
+    assert "columns nsqd are not published" in caplog.text
+
+
 def test_allocate_respects_the_budget_in_proportion() -> None:
     assert allocate({"a": 10, "b": 30}, None) == {"a": 10, "b": 30}
     shares = allocate({"a": 10, "b": 30}, 20)

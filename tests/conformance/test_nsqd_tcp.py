@@ -820,6 +820,37 @@ def test_39_client_msg_timeout(fast_timeouts: DaemonProcess) -> None:
         assert conn.is_open()
 
 
+def test_in_flight_timeouts_with_two_timeouts_and_a_refused_fin(
+    fast_timeouts: DaemonProcess,
+) -> None:
+    """A message of a longer client timeout delivered first, and one put back after another
+    client's FIN of it, do not hold up the timeouts of the server default's messages."""
+    topic = unique()
+    with connect(fast_timeouts) as slow, connect(fast_timeouts) as fast:
+        assert slow.identify_json(msg_timeout=3000)["msg_timeout"] == 3000
+        slow.sub(topic, "ch")
+        fast.sub(topic, "ch")
+        time.sleep(0.15)
+        for body in (b"m1", b"m2", b"m3"):
+            http_pub(fast_timeouts, topic, body)
+        slow.rdy(1)
+        first = slow.expect_message()
+        slow.rdy(0)
+        fast.rdy(2)
+        second, third = fast.expect_message(), fast.expect_message()
+        fast.rdy(0)
+        assert [first.body, second.body, third.body] == [b"m1", b"m2", b"m3"]
+        slow.fin(second.id)  # refused: fast owns it
+        slow.expect_error(
+            b"E_FIN_FAILED FIN " + second.id + b" failed client does not own message", fatal=False
+        )
+        # the default 150 ms: both of fast's time out long before slow's 3 s
+        ch = wait_channel(fast_timeouts, topic, "ch", timeout=2.0, timeout_count=2)
+        assert ch["in_flight_count"] == 1
+        ch = wait_channel(fast_timeouts, topic, "ch", timeout=5.0, timeout_count=3)
+        assert ch["in_flight_count"] == 0 and ch["depth"] == 3
+
+
 def test_quirk4_disconnect_does_not_requeue_in_flight(fast_timeouts: DaemonProcess) -> None:
     topic = unique()
     conn = connect(fast_timeouts)

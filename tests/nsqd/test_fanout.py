@@ -262,6 +262,38 @@ def test_disk_backed_ok_means_on_every_channels_disk(
         assert consume(nsqd, "t", channel, 40) == direct + held
 
 
+def test_a_copy_read_again_after_kill_is_not_sent_while_its_twin_is_in_flight(
+    tmp_path: Path, daemons: list[DaemonProcess]
+) -> None:
+    """After a kill -9 the topic's pump copies again what it had copied since the topic's
+    last metadata write, so a channel can hold two copies with one ID. A consumer with room
+    for both gets only one while it is in flight: every FIN succeeds and nothing stays in
+    flight (two copies in flight under one ID would keep one slot of RDY forever)."""
+    # a memory queue of one: the rest overflows to the topic's disk queue, which the pump
+    # reads; no timed sync before the kill, so the topic's read position stays unrecorded
+    nsqd = launch(daemons, tmp_path, "--mem-queue-size=1", "--sync-timeout=60s")
+    create(nsqd, "t", "a")
+    bodies = [b"m-%03d" % i for i in range(100)]
+    with NsqConn(nsqd.tcp_address) as pub:
+        pub.mpub("t", bodies)
+    wait_depth(nsqd, "t", "a", 100)  # copied to the channel's disk queue by the pump
+    nsqd.kill()
+    start_again(nsqd)
+    wait_depth(nsqd, "t", "a", 198)  # the 99 on the topic's disk were copied once more
+    with NsqConn(nsqd.tcp_address) as conn:
+        conn.sub("t", "a")
+        conn.rdy(1000)
+        first = [conn.expect_message() for _ in range(99)]
+        conn.expect_nothing(0.3)
+        # (m-000 lived in the memory queues, which a kill -9 loses)
+        assert sorted(m.body for m in first) == bodies[1:]
+        for msg in first:
+            conn.fin(msg.id)
+        conn.expect_nothing(0.3)  # no E_FIN_FAILED, and the twins were not sent
+    stats = channel_stats(nsqd, "t", "a") or {}
+    assert (stats.get("depth"), stats.get("in_flight_count")) == (0, 0)
+
+
 def test_held_channels_deliver_their_own_copies(
     tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:

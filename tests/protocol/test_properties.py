@@ -280,6 +280,13 @@ fin_lines = st.one_of(
     ),
     st.builds(lambda i: b"FIN " + i + b"\r\n", msg_ids),
     st.builds(lambda i: b"FIN " + i[:15] + b"\r\n", msg_ids),
+    # 21-byte lines whose 16 "ID" bytes may hold a space or a \r: nsqd's whole-line fast path
+    st.builds(
+        lambda raw: b"FIN " + raw + b"\n",
+        st.lists(st.sampled_from([b"0", b"a", b" ", b"\r"]), min_size=16, max_size=16).map(
+            b"".join
+        ),
+    ),
 )
 
 

@@ -23,10 +23,12 @@ import os
 from collections import deque
 from typing import TYPE_CHECKING
 
+from ..protocol.frames import FRAME_TYPE_MESSAGE
+from ..protocol.message import MESSAGE_FRAME_HEAD, MESSAGE_FRAME_OVERHEAD
 from ..protocol.names import is_ephemeral
 from .backend import Backend
 from .errors import BackendWriteError
-from .message import Message, message_from_bytes
+from .message import Message, decode_records, message_from_bytes, own_copies
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
@@ -90,7 +92,10 @@ class Channel:
         self._client_list: list[ClientV2] = []
         self._rr = 0
         self.in_flight: dict[bytes, Message] = {}
-        self._in_flight_groups: dict[float, dict[bytes, Message]] = {}
+        # the group of the usual timeout is ``in_flight`` itself (see "in flight" below)
+        self._in_flight_groups: dict[float, dict[bytes, Message]] = {
+            nsqd.options.msg_timeout: self.in_flight
+        }
         self._in_flight_capped: list[tuple[float, bytes, Message]] = []
         self.deferred: dict[bytes, Message] = {}
         self._deferred_pq: list[tuple[float, bytes, Message]] = []
@@ -173,25 +178,33 @@ class Channel:
         memory_queue = self.memory_queue
         if len(memory_queue) >= count:
             popleft = memory_queue.popleft
-            msgs = [popleft() for _ in range(count)]
-            return [m.copy() if m.shared else m for m in msgs]
-        msgs = [m.copy() if m.shared else m for m in memory_queue]
+            return own_copies([popleft() for _ in range(count)])
+        msgs = own_copies(memory_queue)
         memory_queue.clear()
         if self.held_queue is not None:
             return self._take_held(self.held_queue, msgs, count)
         backend = self.backend
         while len(msgs) < count:
-            data = backend.get()
-            if data is None:
+            records = backend.get_many(count - len(msgs))
+            if not records:
                 break
-            decoded = self._decode(data)
-            if decoded is None:
-                continue
-            if self.skip_ids and decoded.id in self.skip_ids:
-                self.skip_ids.discard(decoded.id)
-                continue
-            msgs.append(decoded)
+            had = len(msgs)
+            for error in decode_records(records, msgs):
+                self.nsqd.logger.error(f"failed to decode message - {error}")
+            if self.skip_ids:
+                msgs[had:] = self._without_skipped(msgs[had:])
         return msgs
+
+    def _without_skipped(self, msgs: list[Message]) -> list[Message]:
+        """``msgs`` less the disk copies of restored deferred messages (each skipped once)."""
+        skip_ids = self.skip_ids
+        kept = []
+        for msg in msgs:
+            if msg.id in skip_ids:
+                skip_ids.discard(msg.id)
+            else:
+                kept.append(msg)
+        return kept
 
     def _take_held(self, queue: DiskQueue, msgs: list[Message], count: int) -> list[Message]:
         """:meth:`_take` from a held queue: each message keeps its record's hold."""
@@ -364,8 +377,18 @@ class Channel:
     # one dict deadlines (delivery time + that timeout) are in insertion order, so FIN is an O(1)
     # delete and the timeout scan reads each dict from its head. A TOUCH capped by
     # --max-msg-timeout can break that order; those few go to a small heap instead.
+    #
+    # The group of nsqd's --msg-timeout, which nearly every client uses, is ``in_flight``
+    # itself (one dict to fill and empty per message, not two). ``in_flight`` also holds the
+    # other groups' and the capped messages: its scan passes over those (``msg.group`` is not
+    # ``in_flight``); a message put back in it out of order goes to the heap.
 
-    def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> None:
+    def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> bool:
+        """False, changing nothing, for a second copy of a message already in flight (see
+        :meth:`start_in_flight_many`): the caller does not send it."""
+        if msg.id in self.in_flight:
+            self._release(msg)
+            return False
         timeout = client.msg_timeout
         msg.client = client
         msg.delivery_ts = now
@@ -376,21 +399,60 @@ class Channel:
             group = self._in_flight_groups[timeout] = {}
         group[msg.id] = msg
         msg.group = group
+        return True
 
-    def start_in_flight_many(self, msgs: list[Message], client: ClientV2, now: float) -> None:
-        """:meth:`start_in_flight` for a window of messages delivered at once."""
+    def start_in_flight_many(
+        self, msgs: list[Message], client: ClientV2, now: float, frames: list[bytes]
+    ) -> tuple[int, int]:
+        """:meth:`start_in_flight` for a window of messages delivered at once, each with its
+        attempts raised, and their message frames appended to ``frames`` (header and ID
+        packed as one part, the body as another), all in one loop; how many were put in
+        flight and the size of their frames.
+
+        A second copy of a message already in flight on this channel (the same ID, read again
+        from a disk queue after a crash, when its first copy had been delivered but not yet
+        recorded as read) is dropped, not sent: the copy in flight stands for it, and two
+        copies with one ID would leave the client's in-flight count too high."""
         timeout = client.msg_timeout
         deadline = now + timeout
         in_flight = self.in_flight
         group = self._in_flight_groups.get(timeout)
         if group is None:
             group = self._in_flight_groups[timeout] = {}
+        put_in_flight = in_flight.setdefault  # one lookup: the duplicate check and the insert
+        duplicates: list[Message] = []
+        append = frames.append
+        pack = MESSAGE_FRAME_HEAD.pack
+        size = 0
         for msg in msgs:
+            msg_id = msg.id
+            if put_in_flight(msg_id, msg) is not msg:
+                duplicates.append(msg)
+                continue
+            attempts = msg.attempts + 1
+            msg.attempts = attempts
             msg.client = client
             msg.delivery_ts = now
             msg.pri = deadline
             msg.group = group
-            in_flight[msg.id] = group[msg.id] = msg
+            body = msg.body
+            append(
+                pack(
+                    MESSAGE_FRAME_OVERHEAD + len(body),
+                    FRAME_TYPE_MESSAGE,
+                    msg.timestamp,
+                    attempts,
+                    msg_id,
+                )
+            )
+            append(body)
+            size += len(body)
+        sent = len(msgs) - len(duplicates)
+        if group is not in_flight:
+            group.update([(msg.id, msg) for msg in msgs if msg.group is group])
+        for msg in duplicates:
+            self._release(msg)
+        return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
 
     def finish_many(self, client: ClientV2, ids: list[bytes]) -> int:
         """FIN each ID in order, stopping at the first that is not ``client``'s in flight;
@@ -401,15 +463,18 @@ class Channel:
         held = self.held_queue
         released: list[Hold] = []  # held mode: given back in one call
         finished = len(ids)
+        pop = in_flight.pop
         for index, msg_id in enumerate(ids):
-            msg = in_flight.get(msg_id)
+            msg = pop(msg_id, None)  # one lookup for the usual case: found and the client's
             if msg is None or msg.client is not client:
+                if msg is not None:
+                    self._put_back_in_flight(msg)  # another client's: left in flight
                 finished = index
                 break
-            del in_flight[msg_id]
             group = msg.group
             if group is not None:
-                del group[msg_id]
+                if group is not in_flight:
+                    del group[msg_id]
                 msg.group = None
             msg.client = None
             if held is not None and msg.hold is not None:
@@ -421,18 +486,32 @@ class Channel:
             held.release_many(released)
         return finished
 
+    def _put_back_in_flight(self, msg: Message) -> None:
+        """``msg`` was taken out of ``in_flight`` by mistake: back at its end, so out of its
+        deadline order there; the heap times it out if it was of that group."""
+        self.in_flight[msg.id] = msg
+        if msg.group is self.in_flight:
+            msg.group = None
+            heapq.heappush(self._in_flight_capped, (msg.pri, msg.id, msg))
+
     def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             raise ChannelError("ID not in flight")
         if msg.client is not client:
             raise ChannelError("client does not own message")
-        del self.in_flight[msg_id]
+        self._ungroup(msg)
+        return msg
+
+    def _ungroup(self, msg: Message) -> None:
+        """Take ``msg`` out of ``in_flight`` and of its group."""
+        in_flight = self.in_flight
+        del in_flight[msg.id]
         group = msg.group
         if group is not None:
-            del group[msg_id]
+            if group is not in_flight:
+                del group[msg.id]
             msg.group = None
-        return msg
 
     def finish_message(self, client: ClientV2, msg_id: bytes) -> None:
         msg = self._pop_in_flight(client, msg_id)
@@ -474,6 +553,8 @@ class Channel:
         expired: list[Message] = []
         for group in self._in_flight_groups.values():
             for msg in group.values():
+                if msg.group is not group:
+                    continue  # in ``in_flight``, of another group or capped
                 if msg.pri > now:
                     break
                 expired.append(msg)
@@ -483,10 +564,7 @@ class Channel:
             if self.in_flight.get(msg_id) is msg and msg.group is None and msg.pri == pri:
                 expired.append(msg)
         for msg in expired:
-            del self.in_flight[msg.id]
-            if msg.group is not None:
-                del msg.group[msg.id]
-                msg.group = None
+            self._ungroup(msg)
             self.timeout_count += 1
             owner = msg.client
             msg.client = None
@@ -565,7 +643,7 @@ class Channel:
     def empty(self) -> None:
         """Discard queued, in-flight and deferred messages (HTTP /channel/empty)."""
         self.in_flight.clear()
-        self._in_flight_groups = {}
+        self._in_flight_groups = {self.nsqd.options.msg_timeout: self.in_flight}
         self._in_flight_capped = []
         self.deferred.clear()
         self._deferred_pq = []

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import (
     FRAME_HEARTBEAT,
-    FRAME_TYPE_MESSAGE,
     MAGIC_V2,
     CommandParser,
     LineTooLong,
@@ -32,7 +31,6 @@ from ..protocol.compression import (
     SnappyFrameReader,
     SnappyFrameWriter,
 )
-from ..protocol.message import MESSAGE_FRAME_HEADER, MESSAGE_FRAME_OVERHEAD
 from .errors import NeedsReauth
 from .tls import TLSError, TLSSession
 
@@ -463,8 +461,9 @@ class ClientV2(asyncio.Protocol):
     def send_message(self, channel: Channel, msg: Message) -> None:
         if self.sample_rate and random.randrange(100) > self.sample_rate:
             return  # sampled out: consumed and dropped, as Go does
+        if not channel.start_in_flight(msg, self, self.nsqd.now()):
+            return
         msg.attempts += 1
-        channel.start_in_flight(msg, self, self.nsqd.now())
         self.in_flight_count += 1
         self.message_count += 1
         frame = msg.frame()
@@ -472,29 +471,12 @@ class ClientV2(asyncio.Protocol):
         self._out_len += len(frame)
 
     def send_messages(self, channel: Channel, msgs: list[Message]) -> None:
-        """Put a window of messages in flight and buffer their frames (header and ID as one
-        part, the body as another: the flush's join copies each body once)."""
-        channel.start_in_flight_many(msgs, self, self.nsqd.now())
-        count = len(msgs)
+        """Put a window of messages in flight and buffer their frames (the flush's join
+        copies each body once)."""
+        count, size = channel.start_in_flight_many(msgs, self, self.nsqd.now(), self._out)
+        self._out_len += size
         self.in_flight_count += count
         self.message_count += count
-        out = self._out
-        append = out.append
-        pack = MESSAGE_FRAME_HEADER.pack
-        size = 0
-        for msg in msgs:
-            attempts = msg.attempts + 1
-            msg.attempts = attempts
-            body = msg.body
-            append(
-                pack(
-                    MESSAGE_FRAME_OVERHEAD + len(body), FRAME_TYPE_MESSAGE, msg.timestamp, attempts
-                )
-                + msg.id
-            )
-            append(body)
-            size += len(body)
-        self._out_len += size + count * (MESSAGE_FRAME_OVERHEAD + 4)
 
     def after_deliveries(self) -> None:
         """Flush policy after messages were buffered (Go's messagePump)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..protocol.frames import FRAME_TYPE_MESSAGE
@@ -87,6 +88,55 @@ def message_from_bytes(data: bytes) -> Message:
     timestamp, attempts = MESSAGE_HEADER.unpack_from(data, 0)
     msg_id = bytes(data[ID_START:MESSAGE_HEADER_LENGTH])
     return _build(msg_id, bytes(data[MESSAGE_HEADER_LENGTH:]), timestamp, attempts)
+
+
+def own_copies(msgs: Iterable[Message]) -> list[Message]:
+    """The messages for one channel to own (:meth:`Message.private` of each), built in one
+    loop: a channel of a topic with several channels copies every message it delivers."""
+    owned: list[Message] = []
+    append = owned.append
+    for msg in msgs:
+        if msg.shared:
+            clone = _new_message(Message)
+            clone.id = msg.id
+            clone.body = msg.body
+            clone.timestamp = msg.timestamp
+            clone.attempts = msg.attempts
+            clone.deferred = msg.deferred
+            clone.client = None
+            clone.delivery_ts = 0.0
+            clone.pri = 0.0
+            clone.group = None
+            clone.hold = None
+            clone.shared = False
+            msg = clone
+        append(msg)
+    return owned
+
+
+def decode_records(records: Iterable[bytes], out: list[Message]) -> list[str]:
+    """:func:`message_from_bytes` for a run of disk records, in one loop: the messages are
+    appended to ``out``; the result holds the error of each record too short to decode."""
+    errors: list[str] = []
+    append = out.append
+    unpack = MESSAGE_HEADER.unpack_from
+    for data in records:
+        if len(data) < MESSAGE_HEADER_LENGTH:
+            errors.append(f"not enough data to decode valid message ({len(data)} bytes)")
+            continue
+        msg = _new_message(Message)
+        msg.timestamp, msg.attempts = unpack(data, 0)
+        msg.id = data[ID_START:MESSAGE_HEADER_LENGTH]
+        msg.body = data[MESSAGE_HEADER_LENGTH:]
+        msg.deferred = 0.0
+        msg.client = None
+        msg.delivery_ts = 0.0
+        msg.pri = 0.0
+        msg.group = None
+        msg.hold = None
+        msg.shared = False
+        append(msg)
+    return errors
 
 
 def _build(msg_id: bytes, body: bytes, timestamp: int, attempts: int) -> Message:

@@ -6,6 +6,7 @@ moves messages to the channels afterwards (see "publishing" below for the two ex
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -18,11 +19,18 @@ from .message import Message, message_from_bytes
 if TYPE_CHECKING:
     from .nsqd import NSQD
 
-#: Channel copies the topic's pump makes per event-loop turn (messages x channels); between
-#: turns the loop reads and answers publishers, so fan-out cannot hold their OKs back.
+#: The most channel copies the topic's pump makes per event-loop turn (messages x channels);
+#: between turns the loop reads and answers publishers, so fan-out cannot hold their OKs back.
 PUMP_BUDGET = 10000
-#: ... but at least this many messages per turn, however many channels.
-PUMP_MIN_BATCH = 50
+#: ... and about this much time per turn: a copy that goes to a channel's disk queue costs
+#: far more than one into its memory, so once the channels' memory is full the pump moves
+#: fewer messages per turn and publishers are answered in between, as Go's pump (one
+#: goroutine, one write round trip per channel's disk queue) lags its publishers.
+PUMP_SLICE = 0.0005
+#: At least this many messages per turn, however many channels and however slow the copies.
+PUMP_MIN_BATCH = 10
+#: What a channel copy is assumed to cost (seconds) until the pump has measured it.
+PUMP_COPY_COST = 2e-8
 
 
 class TopicError(Exception):
@@ -32,6 +40,7 @@ class TopicError(Exception):
 class Topic:
     __slots__ = (
         "_channel_list",
+        "_copy_cost",
         "_deferred_waiting",
         "_pump_scheduled",
         "backend",
@@ -67,6 +76,7 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self._pump_scheduled = False
+        self._copy_cost = PUMP_COPY_COST  # seconds per channel copy, measured by the pump
         self._deferred_waiting = 0  # DPUB messages in the topic's queue (paused, no channels)
         self.skip_ids: set[bytes] = set()
         # Go's Topic.Start(): until then messages wait in the topic even if channels exist,
@@ -112,7 +122,10 @@ class Topic:
     # Two publishes skip the topic queue when nothing waits in it: a DPUB goes straight to the
     # channels' deferred queues (keeping its deferral, which a disk queue cannot hold), and
     # with --mem-queue-size=0 a message goes straight to the channels' disk queues, so the
-    # publish is acknowledged after the very writes (and syncs) that deliver it.
+    # publish is acknowledged after the very writes (and syncs) that deliver it. (Go writes
+    # the topic's disk queue and copies to the channels' later; when a channel's disk is full
+    # by then, Go logs "failed to write message to backend" and the copy is lost. Here a
+    # full disk refuses the publish instead.)
 
     def new_message(self, body: bytes) -> Message:
         return Message(self.guid.new_id(), body, self.nsqd.wall_ns())
@@ -158,12 +171,10 @@ class Topic:
         return bool(self._channel_list) and self.started and not self.paused and not self.exiting
 
     def _direct_to_channels(self) -> bool:
-        """Nothing waits in the topic and either --mem-queue-size=0 (write straight to the
-        channels' disk queues: what the pump would do next, without the topic's copy) or
-        --max-queue-bytes caps are set (a publish is admitted against the channels' bytes,
-        so it must reach them at once, as before the pump)."""
+        """Nothing waits in the topic and a publish must reach the channels before its OK:
+        see :meth:`publish_writes_channels`."""
         return (
-            (self.mem_capacity <= 0 or self.nsqd.queue_limits.active)
+            self.publish_writes_channels()
             and self.flowing()
             and not self.memory_queue
             and self.backend.depth() == 0
@@ -171,7 +182,9 @@ class Topic:
 
     def publish_writes_channels(self) -> bool:
         """Whether a publish now may write the channels' queues before its OK (so its OK
-        waits for their running fsyncs too, ``BackendWrites.running_syncs``)."""
+        waits for their running fsyncs too, ``BackendWrites.running_syncs``): with
+        --mem-queue-size=0 (see "publishing" above) and while --max-queue-bytes caps are set
+        (a publish is admitted against the channels' bytes, so it must reach them at once)."""
         return self.mem_capacity <= 0 or self.nsqd.queue_limits.active
 
     def _put(self, msg: Message) -> None:
@@ -204,7 +217,9 @@ class Topic:
                 write = self.writes.write_to_backend
                 for msg in msgs[max(room, 0) :]:
                     write(self.backend, msg, context, memory_queue)
-        self._schedule_pump()
+        # (a publish's disk writes may still be pending in nsqd.writes.batched_writes(), so
+        # the topic can look empty now: the pump runs anyway and finds them)
+        self._schedule_pump(pending_writes=True)
 
     def _fan_out(self, msgs: list[Message]) -> None:
         """Every channel gets the batch: one channel the messages themselves, several the
@@ -234,28 +249,40 @@ class Topic:
 
     # ------------------------------------------------------------------ the pump
 
-    def _schedule_pump(self) -> None:
+    def _schedule_pump(self, pending_writes: bool = False) -> None:
         if self._pump_scheduled or not self.flowing():
             return
-        if not self.memory_queue and self.backend.depth() == 0:
+        if not pending_writes and not self.memory_queue and self.backend.depth() == 0:
             return
         self._pump_scheduled = True
         self.nsqd.loop.call_soon(self._pump)
 
     def _pump(self) -> None:
         """Move one batch from the topic to its channels; again next turn if more wait. The
-        batch is PUMP_BUDGET channel copies: fewer messages per turn the more channels."""
+        batch is what fits in PUMP_SLICE at the copies' measured cost, at most PUMP_BUDGET
+        channel copies: fewer messages per turn the more channels, and the dearer the copies."""
         self._pump_scheduled = False
         if not self.flowing():
             return
-        limit = max(PUMP_MIN_BATCH, PUMP_BUDGET // len(self._channel_list))
+        channels = len(self._channel_list)
+        limit = self._pump_batch(channels)
+        started = time.perf_counter()
         # lenient: messages a full disk refuses stay in the channel's memory, never lost
         with self.writes.batched_writes(lenient=True):
             msgs = self._take(limit)
             if msgs:
                 self._fan_out(msgs)
+        if msgs:
+            cost = (time.perf_counter() - started) / (len(msgs) * channels)
+            self._copy_cost = (self._copy_cost + cost) / 2
         if len(msgs) >= limit or self.memory_queue:
             self._schedule_pump()
+
+    def _pump_batch(self, channels: int) -> int:
+        """Messages for the next pump turn (see PUMP_SLICE)."""
+        by_budget = max(PUMP_MIN_BATCH, PUMP_BUDGET // channels)
+        by_time = int(PUMP_SLICE / (self._copy_cost * channels))
+        return max(PUMP_MIN_BATCH, min(by_budget, by_time))
 
     def _take(self, limit: int) -> list[Message]:
         """Up to ``limit`` messages: the memory queue first, then the disk queue."""

@@ -157,6 +157,27 @@ class LineTooLong(Exception):
         self.commands: list[Command] = commands or []
 
 
+def _whole_fin_lines(buf: bytearray, pos: int, end: int) -> list[bytes] | None:
+    """The IDs when every whole 21-byte line from ``pos`` on is a ``FIN <id>`` line that
+    :data:`_FIN_RUN_PATTERN` accepts (what follows is less than a line), else None. A burst of
+    FINs, as a consumer flushes them, is checked and split by a few C-level passes instead of
+    the regex and a slice per line."""
+    count = (end - pos) // _FIN_LINE
+    if not count:
+        return None
+    run = bytes(buf[pos : pos + count * _FIN_LINE])
+    # exactly one space and one newline per line, each in its place: the IDs hold neither
+    if run.count(b"\n") != count or run.count(b" ") != count:
+        return None
+    if run[20::_FIN_LINE] != b"\n" * count or run[3::_FIN_LINE] != b" " * count:
+        return None
+    if run[0::_FIN_LINE] != b"F" * count or run[1::_FIN_LINE] != b"I" * count:
+        return None
+    if run[2::_FIN_LINE] != b"N" * count or b"\r" in run[19::_FIN_LINE]:
+        return None
+    return run[4:-1].split(b"\nFIN ")
+
+
 class CommandParser:
     """Turns a byte stream into :class:`Command` objects.
 
@@ -236,6 +257,11 @@ class CommandParser:
                 commands.append(Command(name, params, body))
                 continue
             if fin_runs and buf.startswith(b"FIN ", pos):
+                ids = _whole_fin_lines(buf, pos, end)
+                if ids is not None:
+                    commands.append(Command(FIN_RUN, ids))
+                    pos += len(ids) * _FIN_LINE
+                    continue
                 match = _FIN_RUN_PATTERN.match(buf, pos)
                 if match is not None:
                     run = bytes(buf[pos : match.end()])

@@ -21,6 +21,9 @@ MESSAGE_HEADER_LENGTH = ID_START + MSG_ID_LENGTH  # 26, go-diskqueue's minMsgSiz
 MESSAGE_HEADER = struct.Struct(">QH")
 #: ``BE32(size) BE32(frame_type) BE64(timestamp_ns) BE16(attempts)``: a message frame's head.
 MESSAGE_FRAME_HEADER = struct.Struct(">iiQH")
+#: :data:`MESSAGE_FRAME_HEADER` and the 16-byte ID: everything of a message frame before its
+#: body, packed in one call (one object) by nsqd's delivery loop.
+MESSAGE_FRAME_HEAD = struct.Struct(">iiQH16s")
 #: A message frame's size word less the body: the frame type word and the message header.
 MESSAGE_FRAME_OVERHEAD = 4 + MESSAGE_HEADER_LENGTH
 

@@ -17,6 +17,7 @@ Using it from an asyncio program (every method must be called from the event-loo
     syncer = asyncio.create_task(queue.run_syncer())   # fsyncs in a worker thread when due
     queue.put(record)                  # or queue.put_many(records): one write(2) per batch
     record = queue.get()               # None when empty; consumes the record
+    records = queue.get_many(limit)    # get() up to limit times; [] when empty
     ...
     syncer.cancel()
     queue.close()                      # final fsync + metadata; blocks, meant for shutdown

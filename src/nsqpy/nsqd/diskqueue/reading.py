@@ -37,6 +37,60 @@ class _Reading(_Recovery):
             self.release(self._last_held)
         return record
 
+    def get_many(self, limit: int) -> list[bytes]:
+        """Up to ``limit`` records, oldest first: :meth:`get` repeated, with the same
+        positions, depth, sync counting and error handling, but the records already in the
+        read buffer are taken in one loop. Not for ``hold_reads`` (use :meth:`get_held`)."""
+        assert self._holds is None, "get_many() reads without holds"
+        records: list[bytes] = []
+        while len(records) < limit:
+            if self._read_buffered(records, limit - len(records)):
+                continue
+            record = self._get()  # opens, refills, crosses files, handles a bad record
+            if record is None:
+                break
+            records.append(record)
+        return records
+
+    def _read_buffered(self, out: list[bytes], limit: int) -> int:
+        """Append up to ``limit`` whole records that the read buffer holds from the read
+        position on, and account for them at once; 0 when the next record needs
+        :meth:`_read_one` (no buffer, a refill, a bad size, or the last record of a finished
+        file, which moves the reader to the next file)."""
+        buf = self._read_buf
+        buf_start = self._read_buf_start
+        offset = self._read_pos - buf_start
+        if self._read_fd is None or self._closed or offset < 0:
+            return 0
+        stop = len(buf)
+        if self._read_file_num > self._write_file_num:
+            return 0  # corrupt positions: _get() repairs them
+        if self._read_file_num < self._write_file_num:
+            end = self._read_end if self._read_end is not None else self._max_bytes_per_file
+            # strictly before the file's end: the record reaching it is _read_one's
+            stop = min(stop, end - buf_start - 1)
+        first = offset
+        count = 0
+        low, high = self._min_msg_size, self._max_msg_size
+        unpack = _LENGTH.unpack_from
+        append = out.append
+        while count < limit and offset + 4 <= stop:
+            (size,) = unpack(buf, offset)
+            following = offset + 4 + size
+            if size < low or size > high or following > stop:
+                break
+            append(buf[offset + 4 : following])
+            offset = following
+            count += 1
+        if count:
+            if not self._count:
+                self._dirty_since = time.monotonic()
+            self._count += count
+            self._read_pos += offset - first
+            self._depth -= count
+            self._check_tail_corruption(self._depth)
+        return count
+
     def _get(self) -> bytes | None:
         while not self._closed:
             if self._read_file_num >= self._write_file_num and self._read_pos >= self._write_pos:

@@ -45,6 +45,19 @@ def channel_depth(nsq: LocalNSQ, topic: str, channel: str) -> int:
     return total
 
 
+def arrived_depth(nsq: LocalNSQ, topic: str, channel: str, expected: int) -> int:
+    """The channel's depth once every acknowledged message reached it: nsqd's topic pump
+    moves messages to the channels a batch per loop turn, so right after the last OK the
+    channel can still be short (one sink trial counted 900,000 of 1,000,000 that way)."""
+    depth, last_change = channel_depth(nsq, topic, channel), time.monotonic()
+    while depth < expected and time.monotonic() - last_change < 2.0:
+        time.sleep(0.05)
+        now = channel_depth(nsq, topic, channel)
+        if now != depth:
+            depth, last_change = now, time.monotonic()
+    return depth
+
+
 def bodies_for(start: int, count: int, size: int) -> list[bytes]:
     """Numbered bodies of ``size`` bytes (>= 10), so a count check can trust the rows."""
     return [b"%010d" % (start + i) + b"x" * (size - 10) for i in range(count)]
@@ -118,8 +131,23 @@ def cpu_seconds() -> dict[str, float]:
     return totals
 
 
-def cpu_used(before: dict[str, float], after: dict[str, float]) -> str:
-    """``after - before`` by kind, largest first, and the total."""
-    spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds by kind of process between two ``cpu_seconds()`` readings."""
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+
+
+def format_cpu(spent: dict[str, float]) -> str:
+    """CPU seconds by kind, largest first, and the total."""
     parts = [f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v > 0.005]
     return f"CPU s: {', '.join(parts)} (total {sum(spent.values()):.2f})"
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> str:
+    """``after - before`` by kind, largest first, and the total."""
+    return format_cpu(cpu_spent(before, after))
+
+
+def empty_channel(nsq: LocalNSQ, topic: str, channel: str) -> None:
+    """Drop a channel's messages on every nsqd (between benchmark trials)."""
+    for http in nsq.nsqd_http:
+        post(http, "/channel/empty", topic=topic, channel=channel)

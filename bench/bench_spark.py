@@ -14,7 +14,9 @@ One run prints, each with the load average (the machine is shared: say so with t
    (first micro-batch and Python worker start included) and steady state (the micro-batches
    after the first, from Spark's own ``durationMs.triggerExecution``); ratio to the floor.
 3. SINK: the archived bodies written back with ``df.write.format("nsq")`` beside one process
-   publishing the same rows with our Producer (MPUB, same batch size and window); ratio.
+   publishing the same rows with our Producer (MPUB, same batch size and window), in
+   ``--sink-trials`` alternating trials (sink, Producer, sink, Producer...: one ~1 s run of
+   each is at the mercy of the shared machine); every trial printed, ratio of the medians.
 
 Each step checks its count (Parquet rows, nsqd depth) so a fast wrong run cannot pass.
 """
@@ -27,21 +29,25 @@ import contextlib
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _spark_common import (
-    channel_depth,
+    arrived_depth,
     cpu_seconds,
+    cpu_spent,
     cpu_used,
+    empty_channel,
     fill,
+    format_cpu,
     load,
     make_topic,
     parquet_rows,
@@ -54,21 +60,27 @@ from nsqpy.pipeline.local import LocalNSQ
 
 
 def floor_table(first: int, count: int, size: int) -> Any:
-    """``count`` rows exactly as the source stages them (schema and body size)."""
+    """``count`` rows exactly as the source stages them (schema and body size), made with
+    Arrow kernels: the Python floor should cost its worker as little as possible."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from nsqpy.spark.staging import STAGED_SCHEMA
 
-    bodies = [b"%010d" % (first + i) + b"x" * (size - 10) for i in range(count)]
-    now_us = int(time.time() * 1e6)
+    numbers = pa.array(range(first, first + count), pa.int64()).cast(pa.string())
+    padding = pa.scalar(b"x" * (size - 10), pa.binary())
+    bodies = pc.binary_join_element_wise(
+        pc.utf8_lpad(numbers, 10, "0").cast(pa.binary()), padding, b""
+    )
+    now_us = pa.scalar(int(time.time() * 1e6), pa.timestamp("us", tz="UTC"))
     columns = [
-        pa.array(bodies, pa.binary()),
-        pa.array([f"{first + i:016x}" for i in range(count)], pa.string()),
-        pa.array([1] * count, pa.int32()),
-        pa.array([now_us] * count, pa.timestamp("us", tz="UTC")),
-        pa.array(["127.0.0.1:4150"] * count, pa.string()),
-        pa.array(["bench"] * count, pa.string()),
-        pa.array(["spark"] * count, pa.string()),
+        bodies,
+        pc.utf8_lpad(numbers, 16, "0"),  # 16 characters, as nsqd's hex ids
+        pa.repeat(pa.scalar(1, pa.int32()), count),
+        pa.repeat(now_us, count),
+        pa.repeat(pa.scalar("127.0.0.1:4150", pa.string()), count),
+        pa.repeat(pa.scalar("bench", pa.string()), count),
+        pa.repeat(pa.scalar("spark", pa.string()), count),
     ]
     return pa.Table.from_arrays(columns, schema=STAGED_SCHEMA)
 
@@ -85,9 +97,13 @@ def stage_parquet(directory: Path, count: int, size: int, per_file: int) -> None
 def python_floor_source(count: int, size: int, per_trigger: int, per_partition: int) -> type:
     """A Python streaming source that makes the rows in memory: the Data Source API's cost."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+    from nsqpy.spark.fetch import record_batches
     from nsqpy.spark.source import FULL_SCHEMA
+
+    target = to_arrow_schema(FULL_SCHEMA, timezone="UTC")
 
     class GenReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def initialOffset(self) -> dict[str, int]:
@@ -105,7 +121,8 @@ def python_floor_source(count: int, size: int, per_trigger: int, per_partition: 
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
             first, n = partition.value
-            yield from floor_table(first, n, size).to_batches()
+            # the exact Arrow types Spark expects, as the nsq source hands them over
+            yield from record_batches(floor_table(first, n, size), target)
 
         def commit(self, end: dict[str, int]) -> None:
             pass
@@ -269,6 +286,9 @@ def main() -> int:
     parser.add_argument("--per-partition", type=int, default=10_000, help="messagesPerPartition")
     parser.add_argument("--readers", type=int, default=1, help="readersPerNsqd")
     parser.add_argument("--sink-batch", type=int, default=500, help="batchSize (MPUB size)")
+    parser.add_argument(
+        "--sink-trials", type=int, default=3, help="alternating sink / Producer runs (medians)"
+    )
     parser.add_argument("--profile", help="directory: py-spy the driver and Python workers")
     parser.add_argument("--skip", default="", help="comma list of: floor,pyfloor,sink")
     parser.add_argument(
@@ -369,40 +389,60 @@ def run_sink(spark: Any, args: argparse.Namespace, nsq: LocalNSQ, out: Path, cou
     # the rows, as the floor's warm-up write does for the Parquet path
     spark.dataSource.register(noop_writer_source())
     bodies.write.format("benchnoop").mode("append").save()
-    cpu_before = cpu_seconds()
-    started = time.perf_counter()
-    writer = bodies.write.format("nsq").option("lookupd", nsq.lookupd_http)
-    writer = writer.option("topic", "bench_out").option("batchSize", str(args.sink_batch))
-    with profiled(args.profile, "sink"):
-        writer.mode("append").save()
-    sink_s = time.perf_counter() - started
-    sink_cpu = cpu_used(cpu_before, cpu_seconds())
-    published = channel_depth(nsq, "bench_out", "check")
-    print(f"SINK: df.write.format('nsq') ({cores} partitions)  {load()}", flush=True)
-    print(f"  sink                 {rate(published, sink_s, 'rows')}", flush=True)
-    print(f"    {sink_cpu}", flush=True)
-
-    cpu_before = cpu_seconds()
-    started = time.perf_counter()
-    bodies.write.format("benchnoop").mode("append").save()
-    noop_s = time.perf_counter() - started
-    noop_cpu = cpu_used(cpu_before, cpu_seconds())
-    print(f"  Spark's Python writer, discarding rows  {rate(count, noop_s, 'rows')}", flush=True)
-    print(f"    {noop_cpu}", flush=True)
-
     rows = ds.dataset(str(out), format="parquet").to_table(columns=["body"])["body"].to_pylist()
-    cpu_before = cpu_seconds()
-    producer_s = asyncio.run(publish_with_producer(nsq.nsqd_tcp, rows, args.sink_batch))
-    producer_cpu = cpu_used(cpu_before, cpu_seconds())
-    produced = channel_depth(nsq, "bench_prod", "check")
-    print(f"  Producer, 1 process  {rate(produced, producer_s, 'rows')}  {load()}", flush=True)
-    print(f"    {producer_cpu}", flush=True)
-    print(f"  sink / Producer: {producer_s / sink_s:.2f}x", flush=True)
+
+    def sink() -> None:
+        writer = bodies.write.format("nsq").option("lookupd", nsq.lookupd_http)
+        writer = writer.option("topic", "bench_out").option("batchSize", str(args.sink_batch))
+        writer.mode("append").save()
+
+    def producer() -> None:
+        asyncio.run(publish_with_producer(nsq.nsqd_tcp, rows, args.sink_batch))
+
+    print(
+        f"SINK: df.write.format('nsq') ({cores} partitions) beside one Producer process, "
+        f"{args.sink_trials} alternating trials of {count:,} rows",
+        flush=True,
+    )
+    # alternating trials: one ~1 s run of each is at the mercy of the shared machine
+    trials: dict[str, list[tuple[float, dict[str, float]]]] = {"sink": [], "Producer": []}
+    for n in range(1, args.sink_trials + 1):
+        for label, topic, run in (
+            ("sink", "bench_out", sink),
+            ("Producer", "bench_prod", producer),
+        ):
+            with profiled(args.profile if n == 1 else None, label.lower()):
+                seconds, cpu = timed_trial(run)
+            arrived = arrived_depth(nsq, topic, "check", count)
+            print(f"  {n} {label:9} {rate(arrived, seconds, 'rows')}  {load()}", flush=True)
+            print(f"      {format_cpu(cpu)}", flush=True)
+            if arrived != count:
+                print(f"ERROR: {arrived} arrived, {count} written", file=sys.stderr)
+                return 1
+            empty_channel(nsq, topic, "check")
+            trials[label].append((seconds, cpu))
+
+    noop_s, noop_cpu = timed_trial(lambda: bodies.write.format("benchnoop").mode("append").save())
+    print(f"  Spark's Python writer, discarding rows  {rate(count, noop_s, 'rows')}", flush=True)
+    print(f"      {format_cpu(noop_cpu)}", flush=True)
+    sink_s, producer_s = (statistics.median(s for s, _ in trials[k]) for k in ("sink", "Producer"))
+    for label, runs in trials.items():
+        median_cpu = {k: statistics.median(c.get(k, 0.0) for _, c in runs) for k in runs[0][1]}
+        seconds = sink_s if label == "sink" else producer_s
+        print(f"  median {label:9} {rate(count, seconds, 'rows')}", flush=True)
+        print(f"      median {format_cpu(median_cpu)}", flush=True)
+    print(f"  sink / Producer (medians): {producer_s / sink_s:.2f}x", flush=True)
     print(f"  Python writer (no NSQ) / Producer: {producer_s / noop_s:.2f}x", flush=True)
-    if published != count or produced != count:
-        print(f"ERROR: {published} and {produced} arrived, {count} written", file=sys.stderr)
-        return 1
     return 0
+
+
+def timed_trial(run: Callable[[], None]) -> tuple[float, dict[str, float]]:
+    """Wall seconds and CPU seconds by kind of process of one ``run()``."""
+    cpu_before = cpu_seconds()
+    started = time.perf_counter()
+    run()
+    elapsed = time.perf_counter() - started
+    return elapsed, cpu_spent(cpu_before, cpu_seconds())
 
 
 async def publish_with_producer(nsqd: list[str], rows: list[bytes], batch: int) -> float:

@@ -6,7 +6,7 @@
 filled with ``--messages`` bodies of ``--size`` bytes, ``--per-task`` messages a task. Prints
 messages/s, the worker's CPU and wall time per message, and the part of each spent building
 the Arrow table and staging it (Arrow IPC write, fsync, link, directory fsync); the rest is
-receiving (socket, frames, Message objects), FIN and the task's connection set-up. With the
+receiving (socket, frame boundaries), FIN and the task's connection set-up. With the
 load average: the machine is shared.
 """
 
@@ -70,7 +70,7 @@ def main() -> int:
         )
         staging = Staging(options.staging_location)
         staging.claim(options.identity())
-        table = Timed(fetch, "messages_table")
+        table = Timed(fetch, "frames_table")
         stage = Timed(Staging, "publish")
         wall, cpu = time.perf_counter(), time.process_time()
         for n in range(count // args.per_task):

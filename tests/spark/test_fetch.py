@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from nsqpy.spark.fetch import FaultInjected, PoisonMessageError, fetch_task, messages_table
+from nsqpy.spark.fetch import FaultInjected, PoisonMessageError, empty_table, fetch_task
 from nsqpy.spark.options import SourceOptions, parse_source_options
 from nsqpy.spark.plan import ReadTask
 from nsqpy.spark.staging import Staging
@@ -106,7 +106,7 @@ def test_losing_attempt_requeues_and_replays_the_winner(
     staging = staging_for(tmp_path, opts)
     task = ReadTask("t1-a-r0", 1, topic, tcp(nsqd), 10)
     # the winner staged its rows, then this attempt reads from nsqd: a race lost at the link
-    winner = messages_table([], topic, CHANNEL, tcp(nsqd))
+    winner = empty_table()
     original_publish = staging.publish
 
     def stage_first_then_lose(key: str, table: pa.Table) -> bool:
@@ -308,9 +308,9 @@ def test_deliveries_after_the_task_stopped_taking_go_back_at_once(
     # does not requeue a closed client's messages earlier), where a planner cannot see them
     import asyncio
 
-    from nsqpy.client.connection import Connection
     from nsqpy.protocol import commands
     from nsqpy.spark.fetch import _Collector, _source_connection_options
+    from nsqpy.spark.receive import FrameConnection
 
     nsqd = cluster.nsqds[0]
     topic = unique("late")
@@ -319,10 +319,10 @@ def test_deliveries_after_the_task_stopped_taking_go_back_at_once(
 
     async def read_after_stopping() -> int:
         collector = _Collector()
-        conn = Connection(tcp(nsqd), _source_connection_options(opts), collector)
+        conn = FrameConnection(tcp(nsqd), _source_connection_options(opts), collector)
         await conn.connect()
         assert await conn.handshake_command(commands.sub(topic, CHANNEL)) == b"OK"
-        collector.frozen = True  # the task stopped taking before anything arrived
+        assert len(conn.freeze()) == 0  # the task stopped taking before anything arrived
         conn.start_streaming()
         conn.send_rdy(10)
         deadline = time.monotonic() + 10

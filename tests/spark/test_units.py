@@ -93,6 +93,20 @@ def test_sink_options() -> None:
     assert options.batch_size == 7 and options.topic is None
 
 
+def test_sink_says_which_columns_it_does_not_publish(caplog: pytest.LogCaptureFixture) -> None:
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    from nsqpy.spark.sink import check_sink_schema
+
+    options = parse_sink_options({"nsqd": "127.0.0.1:4150", "topic": "t"})
+    needed = [StructField("body", BinaryType()), StructField("defer_ms", LongType())]
+    with caplog.at_level("WARNING", logger="nsqpy.spark"):
+        check_sink_schema(StructType(needed), options)
+        assert not caplog.records
+        check_sink_schema(StructType([*needed, StructField("nsqd", StringType())]), options)
+    assert "columns nsqd are not published" in caplog.text
+
+
 def test_allocate_respects_the_budget_in_proportion() -> None:
     assert allocate({"a": 10, "b": 30}, None) == {"a": 10, "b": 30}
     shares = allocate({"a": 10, "b": 30}, 20)
@@ -207,3 +221,50 @@ def test_mpubs_framed_from_arrow_buffers_equal_the_per_row_framing(kind: pa.Data
         assert sent == mpub("t", expected[n * 250 : (n + 1) * 250])
     assert rest.to_pylist() == expected[1000:]
     assert encoded_batches(column.slice(0, 10), 250) == ([], column.slice(0, 10))
+
+
+def test_raw_frames_become_staged_rows_across_chunks_and_other_frames() -> None:
+    # what a read task receives, cut at arbitrary points: message frames with a heartbeat and
+    # a non-fatal error between them; the rows must be exactly the messages, in order
+    from nsqpy.client.connection import ConnectionOptions
+    from nsqpy.protocol.frames import (
+        FRAME_HEARTBEAT,
+        FRAME_TYPE_MESSAGE,
+        encode_error,
+        encode_frame,
+    )
+    from nsqpy.protocol.message import encode_message
+    from nsqpy.spark.fetch import _Collector
+    from nsqpy.spark.receive import FrameConnection, answer_lines, frames_table
+
+    def message(n: int) -> bytes:
+        body = b"body-%d-" % n + b"x" * (n * 37 % 300)
+        payload = encode_message(1_700_000_000_123_456_789 + n, n + 1, b"%016x" % n, body)
+        return encode_frame(FRAME_TYPE_MESSAGE, payload)
+
+    stream = b"".join(
+        [message(0), message(1), FRAME_HEARTBEAT, message(2), encode_error(b"E_FIN_FAILED x")]
+        + [message(n) for n in range(3, 40)]
+    )
+    collector = _Collector()
+    conn = FrameConnection("127.0.0.1:4150", ConnectionOptions(), collector)
+    for start in range(0, len(stream), 7):
+        conn._process(stream[start : start + 7])
+    late = message(40)
+    conn._process(late[:20])  # a frame's head when the task stops taking messages
+    table = frames_table(conn.freeze(), "clicks", "archive", "127.0.0.1:4150")
+    conn._process(late[20:])
+
+    assert collector.received == 40 and collector.late_count == 1
+    assert table.schema == STAGED_SCHEMA
+    assert table.column("body").to_pylist() == [
+        b"body-%d-" % n + b"x" * (n * 37 % 300) for n in range(40)
+    ]
+    assert table.column("id").to_pylist() == [f"{n:016x}" for n in range(40)]
+    assert table.column("attempts").to_pylist() == [n + 1 for n in range(40)]
+    micros = table.column("timestamp").cast(pa.int64()).to_pylist()
+    assert micros == [(1_700_000_000_123_456_789 + n) // 1000 for n in range(40)]
+    assert set(table.column("topic").to_pylist()) == {"clicks"}
+    fin = answer_lines(table.column("id").slice(38), b"FIN")
+    assert fin == b"FIN %016x\nFIN %016x\n" % (38, 39)
+    assert answer_lines(table.column("id").slice(0, 1), b"REQ") == b"REQ %016x 0\n" % 0

@@ -26,11 +26,12 @@ import math
 import os
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import __version__
 from ..client.connection import Connection, ConnectionOptions
@@ -39,6 +40,7 @@ from ..client.message import Message
 from ..protocol import commands
 from .options import SourceOptions, connection_options
 from .plan import ReadTask, split_messages
+from .receive import FrameConnection, answer_lines, frames_table
 from .staging import STAGED_SCHEMA, Staging, StagingError
 
 __all__ = ["FaultInjected", "PoisonMessageError", "fetch_task", "new_event_loop_runner"]
@@ -115,36 +117,32 @@ class Fault:
 
 
 class _Collector:
-    """Delegate of the task's connections: gathers deliveries, wakes the task when enough."""
+    """Delegate of the task's connections: counts deliveries, wakes the task when enough."""
 
     def __init__(self) -> None:
-        self.messages: list[Message] = []
-        #: each connection's deliveries: FIN and REQ must go back on that connection
-        self.by_conn: dict[Connection, list[Message]] = {}
+        #: messages kept so far, over every connection (their frames stay in each connection)
+        self.received = 0
         #: deliveries after the task stopped taking messages (requeued as they arrive)
         self.late_count = 0
-        self.frozen = False
         self.want = 0
         self.last_arrival = 0.0
         self.error: BaseException | None = None
         self.closed = False
         self.wakeup = asyncio.Event()
 
-    def on_message(self, conn: Connection, message: Message) -> None:
-        if self.frozen:
-            # arrived after RDY 0 and the settling time: not staged, so back to the channel now.
-            # Left unanswered it would stay in flight until msg_timeout even after we close
-            # (nsqd requeues a closed client's messages only then), and a batch planned meanwhile
-            # would not see it: AvailableNow could end before reading it.
-            conn.write(commands.req(message.id, 0))
-            self.late_count += 1
-            return
-        self.messages.append(message)
-        self.by_conn.setdefault(conn, []).append(message)
+    def on_frames(self, conn: FrameConnection, count: int) -> None:
+        first = self.received == 0
+        self.received += count
         self.last_arrival = time.monotonic()
-        count = len(self.messages)
-        if count >= self.want or count == 1:
+        if self.received >= self.want or first:
             self.wakeup.set()  # enough, or the first: the idle timer starts
+
+    def on_late_message(self, conn: FrameConnection) -> None:
+        self.late_count += 1
+
+    def on_message(self, conn: Connection, message: Message) -> None:
+        # a FrameConnection keeps message frames itself; nothing to stage here
+        conn.write(commands.req(message.id, 0))
 
     def on_message_finished(self, conn: Connection, message: Message) -> None:
         conn.write(commands.fin(message.id))
@@ -173,12 +171,12 @@ class _Collector:
         """Until ``want`` messages, ``wait`` seconds in all, or ``idle`` seconds of silence."""
         self.want = want
         deadline = time.monotonic() + wait
-        while len(self.messages) < want and not self.closed and self.error is None:
+        while self.received < want and not self.closed and self.error is None:
             now = time.monotonic()
             if now >= deadline:
                 return
             timeout = deadline - now
-            if self.messages:
+            if self.received:
                 quiet_until = self.last_arrival + idle
                 if now >= quiet_until:
                     return
@@ -190,40 +188,37 @@ class _Collector:
     async def settle(self, quiet: float) -> None:
         """Take what is still arriving after RDY 0: return after ``quiet`` s without a message."""
         while not self.closed:
-            before = len(self.messages)
+            before = self.received
             self.wakeup.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wakeup.wait(), quiet)
-            if len(self.messages) == before:
+            if self.received == before:
                 return
-
-    def answer(self, finish: set[bytes]) -> None:
-        """FIN the deliveries whose id is in ``finish``, REQ the rest (late ones already were)."""
-        for conn, messages in self.by_conn.items():
-            for message in messages:
-                if message.id in finish:
-                    conn.write(commands.fin(message.id))
-                else:
-                    conn.write(commands.req(message.id, 0))
 
 
 # ---------------------------------------------------------------------- the task
 
 
-def messages_table(messages: list[Message], topic: str, channel: str, nsqd: str) -> pa.Table:
-    count = len(messages)
-    columns = [
-        pa.array([m.body for m in messages], pa.binary()),
-        pa.array([m.id for m in messages], pa.binary()).cast(pa.string()),
-        pa.array([m.attempts for m in messages], pa.int32()),
-        pa.array([m.timestamp // 1000 for m in messages], pa.int64()).cast(
-            pa.timestamp("us", tz="UTC")
-        ),
-        pa.array([nsqd] * count, pa.string()),
-        pa.array([topic] * count, pa.string()),
-        pa.array([channel] * count, pa.string()),
-    ]
-    return pa.Table.from_arrays(columns, schema=STAGED_SCHEMA)
+@dataclass
+class _Received:
+    """One connection's deliveries as staged rows: FIN and REQ go back on that connection."""
+
+    conn: Connection
+    table: pa.Table
+
+    def answer(self, verb: bytes) -> None:
+        """FIN (``verb`` b"FIN") or REQ (b"REQ") every delivery, in one write."""
+        lines = answer_lines(self.table.column("id"), verb)
+        if lines:
+            self.conn.write(lines)
+
+
+def messages_table(parts: list[_Received]) -> pa.Table:
+    """Every connection's rows in one table."""
+    tables = [p.table for p in parts if p.table.num_rows]
+    if not tables:
+        return empty_table()
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
 def empty_table() -> pa.Table:
@@ -269,7 +264,7 @@ async def _fetch(
 ) -> pa.Table:
     collector = _Collector()
     conn_options = _source_connection_options(options)
-    first = Connection(task.nsqd, conn_options, collector)
+    first = FrameConnection(task.nsqd, conn_options, collector)
     try:
         await first.connect()
     except ConnectionClosedError as exc:
@@ -294,10 +289,10 @@ async def _fetch(
 
 async def _open_more(
     task: ReadTask, conn_options: ConnectionOptions, collector: _Collector, count: int
-) -> list[Connection]:
+) -> list[FrameConnection]:
     if count <= 0:
         return []
-    conns = [Connection(task.nsqd, conn_options, collector) for _ in range(count)]
+    conns = [FrameConnection(task.nsqd, conn_options, collector) for _ in range(count)]
     results = await asyncio.gather(*(c.connect() for c in conns), return_exceptions=True)
     opened = []
     for conn, result in zip(conns, results, strict=True):
@@ -309,7 +304,7 @@ async def _open_more(
 
 
 async def _consume(
-    conns: list[Connection],
+    conns: list[FrameConnection],
     collector: _Collector,
     task: ReadTask,
     options: SourceOptions,
@@ -331,90 +326,101 @@ async def _consume(
         raise collector.error
     for conn in conns:
         conn.send_rdy(0)
-    if len(collector.messages) < want:
+    if collector.received < want:
         await collector.settle(SETTLE_SECONDS)
-    collector.frozen = True
-    messages = collector.messages
+    logs = [conn.freeze() for conn in conns]
     if collector.closed:
         # nothing can be FINished on a dead connection: stage nothing, nsqd redelivers them
         raise ConnectionClosedError(f"{task.nsqd}: connection lost while reading {task.key}")
 
-    keep, poison = _split_poison(messages, options)
+    received = [
+        _Received(conn, frames_table(frames, task.topic, options.channel, task.nsqd))
+        for conn, frames in zip(conns, logs, strict=True)
+    ]
+    keep, poison = _split_poison(received, options)
     if poison and options.poison_policy == "fail":
-        collector.answer(set())
+        _answer(received, b"REQ")
         await _close(conns)
-        worst = max(poison, key=lambda m: m.attempts)
-        raise PoisonMessageError(
-            f"message {worst.id.decode()} from {task.nsqd} was delivered {worst.attempts} times "
-            f"(maxAttempts={options.max_attempts}); set poisonPolicy to 'skip' or 'deadletter'"
-        )
+        raise _poison_error(messages_table(poison), task, options)
 
-    table = messages_table(keep, task.topic, options.channel, task.nsqd)
+    table = messages_table(keep)
     if fault is not None:
         fault.trigger("before_stage", task.key)
     if not staging.publish(task.key, table):
         # another attempt staged this task first: its rows are the task's rows
-        collector.answer(set())
+        _answer(received, b"REQ")
         await _close(conns)
         return _replay(task, options, staging) or empty_table()
     if fault is not None:
         fault.trigger("after_stage", task.key)
 
-    finish = {m.id for m in keep}
+    _answer(keep, b"FIN")
     if poison:
-        finish.update(m.id for m in await _dispose_poison(conns[0], poison, task, options))
-    collector.answer(finish)
+        disposed = await _dispose_poison(conns[0], messages_table(poison), task, options)
+        _answer(poison, b"FIN" if disposed else b"REQ")
     await _close(conns)
     return table
 
 
+def _answer(parts: list[_Received], verb: bytes) -> None:
+    for part in parts:
+        part.answer(verb)
+
+
 def _split_poison(
-    messages: list[Message], options: SourceOptions
-) -> tuple[list[Message], list[Message]]:
+    received: list[_Received], options: SourceOptions
+) -> tuple[list[_Received], list[_Received]]:
+    """(rows to stage, poison rows: delivered more than maxAttempts times), by connection."""
     limit = options.max_attempts
     if limit <= 0:
-        return messages, []
-    keep = [m for m in messages if m.attempts <= limit]
-    if len(keep) == len(messages):
-        return messages, []
-    return keep, [m for m in messages if m.attempts > limit]
+        return received, []
+    keep, poison = [], []
+    for part in received:
+        over = pc.greater(part.table.column("attempts"), limit)
+        if not pc.any(over).as_py():
+            keep.append(part)
+            continue
+        keep.append(_Received(part.conn, part.table.filter(pc.invert(over))))
+        poison.append(_Received(part.conn, part.table.filter(over)))
+    return keep, poison
+
+
+def _poison_error(poison: pa.Table, task: ReadTask, options: SourceOptions) -> PoisonMessageError:
+    worst = max(poison.select(["id", "attempts"]).to_pylist(), key=lambda row: row["attempts"])
+    return PoisonMessageError(
+        f"message {worst['id']} from {task.nsqd} was delivered {worst['attempts']} times "
+        f"(maxAttempts={options.max_attempts}); set poisonPolicy to 'skip' or 'deadletter'"
+    )
 
 
 async def _dispose_poison(
-    conn: Connection, poison: list[Message], task: ReadTask, options: SourceOptions
-) -> list[Message]:
-    """Skip or dead-letter poison messages; return those that may now be FINished."""
+    conn: Connection, poison: pa.Table, task: ReadTask, options: SourceOptions
+) -> bool:
+    """Skip or dead-letter poison messages; True if they may now be FINished."""
     if options.poison_policy == "skip":
-        log.warning("task %s: dropping %d poison message(s)", task.key, len(poison))
-        return poison
+        log.warning("task %s: dropping %d poison message(s)", task.key, poison.num_rows)
+        return True
     assert options.dead_letter_topic is not None
+    bodies = poison.column("body").to_pylist()
     try:
         response = await asyncio.wait_for(
-            conn.request(commands.mpub(options.dead_letter_topic, [m.body for m in poison])),
-            CLOSE_TIMEOUT,
+            conn.request(commands.mpub(options.dead_letter_topic, bodies)), CLOSE_TIMEOUT
         )
     except (TimeoutError, ConnectionClosedError, ServerError) as exc:
         log.error("task %s: dead-letter publish failed (%s): requeueing", task.key, exc)
-        _requeue(conn, poison)
-        return []
+        return False
     if response != b"OK":
-        _requeue(conn, poison)
-        return []
+        return False
     log.warning(
         "task %s: moved %d poison message(s) to %s",
         task.key,
-        len(poison),
+        poison.num_rows,
         options.dead_letter_topic,
     )
-    return poison
+    return True
 
 
-def _requeue(conn: Connection, messages: list[Message]) -> None:
-    for message in messages:
-        conn.write(commands.req(message.id, 0))
-
-
-async def _close(conns: list[Connection]) -> None:
+async def _close(conns: Sequence[Connection]) -> None:
     """CLS and wait for CLOSE_WAIT: nsqd has processed every FIN/REQ written before it."""
     waits = []
     for conn in conns:

@@ -46,6 +46,7 @@ log = logging.getLogger("nsqpy.spark")
 
 _MPUB_OVERHEAD = 4  # BE32 message count
 _PER_MESSAGE_OVERHEAD = 4  # BE32 size of each message
+_SINK_COLUMNS = {"body", "topic", "defer_ms"}
 
 
 class NSQSinkError(RuntimeError):
@@ -79,6 +80,16 @@ def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
     defer = names.get("defer_ms")
     if defer is not None and not isinstance(defer, IntegralType):
         raise NSQOptionError(f"nsq: column 'defer_ms' must be an integer type, not {defer}")
+    unused = sorted(set(names) - _SINK_COLUMNS)
+    if unused:
+        # Spark converts every column to Arrow for the writer (1M x 100 B: 1.5-1.6 JVM CPU s
+        # with the source's seven columns, 0.55-0.65 s with body alone), and cannot be asked
+        # for fewer from here
+        log.warning(
+            "nsq sink: columns %s are not published but Spark still ships them to the "
+            "writer; select only body, topic and defer_ms before writing",
+            ", ".join(unused),
+        )
 
 
 # ---------------------------------------------------------------------- publishing

@@ -295,9 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         producer.stopping.set()
         producer.join(5)
         if spark is not None:
+            from .pipeline.session import quiet_accumulator_hangups
+
             # stopping a query interrupts its running batch, which Spark logs as errors
             with contextlib.suppress(Exception):
                 spark.sparkContext.setLogLevel("OFF")
+                quiet_accumulator_hangups(spark)
         for query in queries:
             with contextlib.suppress(Exception):
                 query.stop()

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.sql.streaming import StreamingQuery
 
     from .jobs import SourceConfig, Trigger, aggregate_query, archive_query
-    from .session import pipeline_session, stop_session
+    from .session import pipeline_session, quiet_accumulator_hangups, stop_session
 
     lookupd, nsqd = _addresses(args.lookupd), _addresses(args.nsqd)
     if not lookupd and not nsqd:
@@ -179,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("stopping...", flush=True)
     finally:
+        quiet_accumulator_hangups(spark)
         for query in queries:
             query.stop()
         stop_session(spark)

@@ -48,17 +48,24 @@ def pipeline_session(
 
 
 def stop_session(spark: SparkSession) -> None:
-    """``spark.stop()``, without PySpark's traceback when the JVM hangs up first.
+    """``spark.stop()``, without PySpark's traceback when the JVM hangs up first (see
+    :func:`quiet_accumulator_hangups`)."""
+    quiet_accumulator_hangups(spark)
+    spark.stop()
 
-    ``SparkContext.stop`` stops the JVM before the driver's accumulator server, so a JVM that
-    had an accumulator connection open closes it under the server's reader, which then prints
-    an EOFError traceback (seen after Ctrl-C in ``make run``). During a stop that hang-up is
-    expected: the server's error report is silenced for it.
+
+def quiet_accumulator_hangups(spark: SparkSession) -> None:
+    """Silence the driver's accumulator server for a shutdown that has begun.
+
+    ``SparkContext.stop`` stops the JVM before the driver's accumulator server, and stopping a
+    streaming query can already close a task's accumulator connection, under the server's
+    reader, which then prints an EOFError traceback (seen after Ctrl-C in ``make run`` and in
+    the demo). Once stopping has begun that hang-up is expected: call this before the queries
+    are stopped.
     """
     server = getattr(spark.sparkContext, "_accumulatorServer", None)
     if server is not None:
         server.handle_error = _ignore_request_error
-    spark.stop()
 
 
 def _ignore_request_error(request: object, client_address: object) -> None:

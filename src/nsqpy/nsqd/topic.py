@@ -22,15 +22,18 @@ if TYPE_CHECKING:
 #: The most channel copies the topic's pump makes per event-loop turn (messages x channels);
 #: between turns the loop reads and answers publishers, so fan-out cannot hold their OKs back.
 PUMP_BUDGET = 10000
-#: ... and about this much time per turn: a copy that goes to a channel's disk queue costs
-#: far more than one into its memory, so once the channels' memory is full the pump moves
-#: fewer messages per turn and publishers are answered in between, as Go's pump (one
-#: goroutine, one write round trip per channel's disk queue) lags its publishers.
+#: ... but at least this many messages per turn, however many channels.
+PUMP_MIN_BATCH = 50
+#: Once a message's copies cost more than this (seconds, all its channels together: many
+#: channels whose memory is full, so every copy is a disk write), the pump works in slices
+#: of PUMP_SLICE per turn instead, at least PUMP_MIN_SLICED messages: publishers are answered
+#: between slices and the topic's backlog grows, as Go's pump (one goroutine, a write round
+#: trip per channel's disk queue) lags its publishers. Below it the pump keeps up: a backlog
+#: would overflow to the topic's own disk queue, and writing and reading that back costs
+#: more than the copies it postpones.
+PUMP_DEFER_COST = 4e-6
 PUMP_SLICE = 0.0005
-#: At least this many messages per turn, however many channels and however slow the copies.
-PUMP_MIN_BATCH = 10
-#: What a channel copy is assumed to cost (seconds) until the pump has measured it.
-PUMP_COPY_COST = 2e-8
+PUMP_MIN_SLICED = 10
 
 
 class TopicError(Exception):
@@ -76,7 +79,7 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self._pump_scheduled = False
-        self._copy_cost = PUMP_COPY_COST  # seconds per channel copy, measured by the pump
+        self._copy_cost = 0.0  # seconds per channel copy, measured by the pump
         self._deferred_waiting = 0  # DPUB messages in the topic's queue (paused, no channels)
         self.skip_ids: set[bytes] = set()
         # Go's Topic.Start(): until then messages wait in the topic even if channels exist,
@@ -259,8 +262,8 @@ class Topic:
 
     def _pump(self) -> None:
         """Move one batch from the topic to its channels; again next turn if more wait. The
-        batch is what fits in PUMP_SLICE at the copies' measured cost, at most PUMP_BUDGET
-        channel copies: fewer messages per turn the more channels, and the dearer the copies."""
+        batch is PUMP_BUDGET channel copies, or a PUMP_SLICE's worth when copies are dear
+        (PUMP_DEFER_COST): fewer messages per turn the more channels."""
         self._pump_scheduled = False
         if not self.flowing():
             return
@@ -279,10 +282,12 @@ class Topic:
             self._schedule_pump()
 
     def _pump_batch(self, channels: int) -> int:
-        """Messages for the next pump turn (see PUMP_SLICE)."""
+        """Messages for the next pump turn (see PUMP_DEFER_COST)."""
         by_budget = max(PUMP_MIN_BATCH, PUMP_BUDGET // channels)
-        by_time = int(PUMP_SLICE / (self._copy_cost * channels))
-        return max(PUMP_MIN_BATCH, min(by_budget, by_time))
+        per_message = self._copy_cost * channels
+        if per_message <= PUMP_DEFER_COST:
+            return by_budget
+        return max(PUMP_MIN_SLICED, min(by_budget, int(PUMP_SLICE / per_message)))
 
     def _take(self, limit: int) -> list[Message]:
         """Up to ``limit`` messages: the memory queue first, then the disk queue."""

@@ -487,6 +487,9 @@ class ClientV2(asyncio.Protocol):
             or self.in_flight_count >= self.ready_count
             or (self.channel is not None and self.channel.paused)
         ):
+            if self._in_batch:  # this client's own commands (FIN, RDY): flushed after them
+                self._must_flush = True
+                return
             self._flush_pending = True
             self.loop.call_soon(self._flush_soon)
         elif self._flush_timer is None and self.output_buffer_timeout > 0:

@@ -12,6 +12,7 @@ Three parts, none of which uses nsqpy's own codec or disk queue, so a bug there 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import resource
@@ -28,7 +29,7 @@ from typing import Any
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from ..raw_v2 import Message, NsqConn, decode_message
+from ..raw_v2 import Message, NsqConn, channel_stats, decode_message, topic_stats
 
 # ------------------------------------------------------------------------------ disk format
 
@@ -213,6 +214,40 @@ def consume_from(
     conn = subscriber(nsqd, topic, channel)
     try:
         return consume(conn, count, timeout)
+    finally:
+        conn.close()
+
+
+def consume_all(
+    nsqd: DaemonProcess, topic: str, channel: str, timeout: float = 30.0
+) -> list[Message]:
+    """Subscribe and FIN every message until the topic and the channel are empty with nothing
+    in flight: for a restarted nsqd whose topic may copy again what it copied before the
+    crash (at least once), where a count read from the channel's depth could include a copy
+    that the channel drops as a twin of one in flight."""
+    deadline = time.monotonic() + timeout
+    conn = subscriber(nsqd, topic, channel)
+    received: list[Message] = []
+    try:
+        conn.rdy(2500)
+        while True:
+            frame = conn.poll_frame()
+            if frame is None:
+                with contextlib.suppress(TimeoutError):
+                    conn.receive_some(timeout=0.2)
+                frame = conn.poll_frame()
+            if frame is not None:
+                frame_type, data = frame
+                assert frame_type == 2, frame
+                msg = decode_message(data)
+                conn.fin(msg.id)
+                received.append(msg)
+                continue
+            chan = channel_stats(nsqd, topic, channel) or {}
+            topic_depth = (topic_stats(nsqd, topic) or {}).get("depth", 0)
+            if topic_depth == 0 and chan.get("depth") == 0 and chan.get("in_flight_count") == 0:
+                return received
+            assert time.monotonic() < deadline, f"{len(received)} received; {chan}"
     finally:
         conn.close()
 

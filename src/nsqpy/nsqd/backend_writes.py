@@ -172,11 +172,15 @@ class BackendWrites:
         return hold
 
     @contextlib.contextmanager
-    def batched_writes(self, lenient: bool = False) -> Iterator[None]:
+    def batched_writes(
+        self, lenient: bool = False, refused: list[tuple[Backend, list[Message]]] | None = None
+    ) -> Iterator[None]:
         """Collect the disk writes of one MPUB (or drain turn) and write each queue's share
         with one write(2). A refused write raises BackendWriteError (the publish fails), or
-        with ``lenient`` keeps the unwritten messages in their owner's memory queue."""
+        with ``lenient`` keeps the unwritten messages in their owner's memory queue (and
+        lists them in ``refused``, by queue, if given)."""
         if self._write_batch is not None:
+            assert refused is None, "a batch that lists its refusals cannot be nested"
             yield
             return
         batch: dict[Backend, tuple[deque[Message], list[Message]]] = {}
@@ -189,9 +193,14 @@ class BackendWrites:
             encoded = _SharedEncodings()
             for backend, (owner, msgs) in batch.items():
                 try:
-                    self._put_many(backend, msgs, owner if lenient else None, encoded)
+                    unwritten = self._put_many(backend, msgs, lenient, encoded)
                 except BackendWriteError as exc:
                     failure = exc
+                    continue
+                if unwritten:
+                    owner.extend(unwritten)
+                    if refused is not None:
+                        refused.append((backend, unwritten))
             if failure is not None:
                 raise failure
 
@@ -199,9 +208,11 @@ class BackendWrites:
         self,
         backend: Backend,
         msgs: list[Message],
-        keep_in: deque[Message] | None,
+        keep: bool,
         encoded: _SharedEncodings,
-    ) -> None:
+    ) -> list[Message]:
+        """Write ``msgs`` to ``backend``. A refused write raises BackendWriteError, or with
+        ``keep`` returns the messages it left unwritten."""
         try:
             written = False
             if isinstance(backend, DiskQueue):
@@ -214,15 +225,15 @@ class BackendWrites:
             self.fault_log.failed(
                 backend.name, f"DISKQUEUE({backend.name}) ERROR: failed to write messages - {exc}"
             )
-            if keep_in is None:
+            if not keep:
                 raise BackendWriteError(str(exc)) from None
             stored = exc.stored if isinstance(exc, DiskQueueError) else 0
-            keep_in.extend(msgs[stored:])
-            return
+            return msgs[stored:]
         if self.health_error is not None or self.fault_log.active:
             self._backend_writable(backend)
         if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
             self._start_sync(backend)
+        return []
 
     # ------------------------------------------------------------------ syncs
 

@@ -376,6 +376,9 @@ class Channel(HeldMessages):
                 e2e.insert(now_ns - msg.timestamp)
         if released and held is not None:
             held.release_many(released)
+        copies = self.topic.held_copies
+        if copies is not None and copies.pending:
+            copies.finished(self, ids[:finished])
         return finished
 
     def _put_back_in_flight(self, msg: Message) -> None:
@@ -409,6 +412,7 @@ class Channel(HeldMessages):
         msg = self._pop_in_flight(client, msg_id)
         msg.client = None
         self._release(msg)
+        self._settled(msg_id)
         if self.e2e is not None:
             self.e2e.insert(self.nsqd.wall_ns() - msg.timestamp)
 
@@ -473,7 +477,15 @@ class Channel(HeldMessages):
         if not self.nsqd.dead_letters.divert(self, msg):
             return False
         self._release(msg)
+        self._settled(msg.id)
         return True
+
+    def _settled(self, msg_id: bytes) -> None:
+        """This channel is done with the message: its topic may let go of the record
+        (topic_held.py)."""
+        copies = self.topic.held_copies
+        if copies is not None and copies.pending:
+            copies.finished(self, [msg_id])
 
     # ------------------------------------------------------------------ deferred
 
@@ -524,6 +536,9 @@ class Channel(HeldMessages):
             client.empty_in_flight()
         self.memory_queue.clear()
         self.backend.empty()
+        copies = self.topic.held_copies
+        if copies is not None and copies.pending:
+            copies.dropped(self)
 
     def close_clients(self) -> None:
         for client in list(self._client_list):

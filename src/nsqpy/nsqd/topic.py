@@ -1,7 +1,7 @@
 """A topic: accepts published messages and gives every channel its own copy (nsqd/topic.go).
 
 As in Go, a publish is acknowledged once the topic holds the message, and the topic's pump
-moves messages to the channels afterwards (see "publishing" below for the two exceptions).
+moves messages to the channels afterwards (see "publishing" below for the exceptions).
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 from ..protocol.names import is_ephemeral
 from .backend import Backend
 from .channel import Channel
+from .diskqueue import DiskQueue
 from .guid import GUIDFactory
 from .message import Message, message_from_bytes
+from .topic_held import HeldCopies
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -32,7 +34,7 @@ PUMP_MIN_BATCH = 50
 #: would overflow to the topic's own disk queue, and writing and reading that back costs
 #: more than the copies it postpones.
 PUMP_DEFER_COST = 4e-6
-PUMP_SLICE = 0.0005
+PUMP_SLICE = 0.0002
 PUMP_MIN_SLICED = 10
 
 
@@ -51,6 +53,7 @@ class Topic:
         "ephemeral",
         "exiting",
         "guid",
+        "held_copies",
         "mem_capacity",
         "memory_queue",
         "message_bytes",
@@ -82,6 +85,11 @@ class Topic:
         self._copy_cost = 0.0  # seconds per channel copy, measured by the pump
         self._deferred_waiting = 0  # DPUB messages in the topic's queue (paused, no channels)
         self.skip_ids: set[bytes] = set()
+        # --mem-queue-size=0 with --sync-every above 1: Go's route (topic_held.py)
+        self.held_copies: HeldCopies | None = None
+        held = self.mem_capacity <= 0 and nsqd.options.sync_every > 1
+        if held and isinstance(backend, DiskQueue):
+            self.held_copies = HeldCopies(backend)
         # Go's Topic.Start(): until then messages wait in the topic even if channels exist,
         # so channels pre-created from nsqlookupd get the first messages too.
         self.started = True
@@ -124,11 +132,11 @@ class Topic:
     # batch per turn, so publishers and fan-out share the loop as Go's goroutines share CPUs.
     # Two publishes skip the topic queue when nothing waits in it: a DPUB goes straight to the
     # channels' deferred queues (keeping its deferral, which a disk queue cannot hold), and
-    # with --mem-queue-size=0 a message goes straight to the channels' disk queues, so the
-    # publish is acknowledged after the very writes (and syncs) that deliver it. (Go writes
-    # the topic's disk queue and copies to the channels' later; when a channel's disk is full
-    # by then, Go logs "failed to write message to backend" and the copy is lost. Here a
-    # full disk refuses the publish instead.)
+    # with --mem-queue-size=0 --sync-every=1 (or on an ephemeral topic) a message goes
+    # straight to the channels' disk queues, so the publish is acknowledged after the very
+    # writes (and syncs) that deliver it. With --mem-queue-size=0 and a larger --sync-every
+    # the publish is acknowledged in the topic's disk queue, as in Go, and its records are
+    # held until every channel has its copy (topic_held.py).
 
     def new_message(self, body: bytes) -> Message:
         return Message(self.guid.new_id(), body, self.nsqd.wall_ns())
@@ -188,7 +196,8 @@ class Topic:
         waits for their running fsyncs too, ``BackendWrites.running_syncs``): with
         --mem-queue-size=0 (see "publishing" above) and while --max-queue-bytes caps are set
         (a publish is admitted against the channels' bytes, so it must reach them at once)."""
-        return self.mem_capacity <= 0 or self.nsqd.queue_limits.active
+        direct = self.mem_capacity <= 0 and self.held_copies is None
+        return direct or self.nsqd.queue_limits.active
 
     def _put(self, msg: Message) -> None:
         if msg.deferred and self.flowing():
@@ -270,11 +279,16 @@ class Topic:
         channels = len(self._channel_list)
         limit = self._pump_batch(channels)
         started = time.perf_counter()
-        # lenient: messages a full disk refuses stay in the channel's memory, never lost
-        with self.writes.batched_writes(lenient=True):
+        held = self.held_copies
+        refused: list[tuple[Backend, list[Message]]] | None = [] if held is not None else None
+        # lenient: messages a full disk refuses stay in the channel's memory, never lost (and
+        # a held topic keeps their records until the channels have settled them)
+        with self.writes.batched_writes(lenient=True, refused=refused):
             msgs = self._take(limit)
             if msgs:
                 self._fan_out(msgs)
+        if held is not None:
+            held.settle(refused or [], self._channel_list)
         if msgs:
             cost = (time.perf_counter() - started) / (len(msgs) * channels)
             self._copy_cost = (self._copy_cost + cost) / 2
@@ -282,11 +296,15 @@ class Topic:
             self._schedule_pump()
 
     def _pump_batch(self, channels: int) -> int:
-        """Messages for the next pump turn (see PUMP_DEFER_COST)."""
+        """Messages for the next pump turn (see PUMP_DEFER_COST). A held topic always slices:
+        its backlog is on disk already, where the publish put it, so keeping up would save
+        nothing, and publishers go first, as in Go."""
         by_budget = max(PUMP_MIN_BATCH, PUMP_BUDGET // channels)
         per_message = self._copy_cost * channels
-        if per_message <= PUMP_DEFER_COST:
+        if per_message <= PUMP_DEFER_COST and self.held_copies is None:
             return by_budget
+        if per_message <= 0:
+            return PUMP_MIN_SLICED  # (not measured yet)
         return max(PUMP_MIN_SLICED, min(by_budget, int(PUMP_SLICE / per_message)))
 
     def _take(self, limit: int) -> list[Message]:
@@ -297,21 +315,43 @@ class Topic:
             return [popleft() for _ in range(limit)]
         msgs = list(memory_queue)
         memory_queue.clear()
+        if self.held_copies is not None:
+            self._take_held(self.held_copies, msgs, limit)
+            return msgs
         backend = self.backend
         while len(msgs) < limit:
             data = backend.get()
             if data is None:
                 break
-            try:
-                msg = message_from_bytes(data)
-            except ValueError as exc:
-                self.nsqd.logger.error(f"failed to decode message - {exc}")
-                continue
-            if self.skip_ids and msg.id in self.skip_ids:
-                self.skip_ids.discard(msg.id)
-                continue
-            msgs.append(msg)
+            msg = self._decoded(data)
+            if msg is not None:
+                msgs.append(msg)
         return msgs
+
+    def _take_held(self, held: HeldCopies, msgs: list[Message], limit: int) -> None:
+        """:meth:`_take` from a held queue: each record's hold goes to ``held``."""
+        while len(msgs) < limit:
+            got = held.read()
+            if got is None:
+                return
+            msg = self._decoded(got[0])
+            if msg is None:
+                held.skipped(got[1])
+                continue
+            held.taken(msg.id, got[1])
+            msgs.append(msg)
+
+    def _decoded(self, data: bytes) -> Message | None:
+        """The message of a disk record; None for a bad record or one to skip."""
+        try:
+            msg = message_from_bytes(data)
+        except ValueError as exc:
+            self.nsqd.logger.error(f"failed to decode message - {exc}")
+            return None
+        if self.skip_ids and msg.id in self.skip_ids:
+            self.skip_ids.discard(msg.id)
+            return None
+        return msg
 
     # ------------------------------------------------------------------ state
 
@@ -332,6 +372,8 @@ class Topic:
         self._schedule_pump()
 
     def empty(self) -> None:
+        if self.held_copies is not None:
+            self.held_copies.clear()
         self.memory_queue.clear()
         self.backend.empty()
 

@@ -36,6 +36,12 @@ PUMP_MIN_BATCH = 50
 PUMP_DEFER_COST = 4e-6
 PUMP_SLICE = 0.0002
 PUMP_MIN_SLICED = 10
+#: With --mem-queue-size=0, a publish to a topic with up to this many channels writes their
+#: queues before its OK (as many writes and fsyncs to wait for as channels); with more, the
+#: topic's held queue takes it (one write) and the pump copies later (topic_held.py). The
+#: crossover measured in BENCHMARKS.md ("Fifth round"): PUB of 1-3 channels is faster
+#: direct, 5 about even, 7 and more faster through the topic.
+DIRECT_CHANNELS = 4
 
 
 class TopicError(Exception):
@@ -193,11 +199,15 @@ class Topic:
 
     def publish_writes_channels(self) -> bool:
         """Whether a publish now may write the channels' queues before its OK (so its OK
-        waits for their running fsyncs too, ``BackendWrites.running_syncs``): with
-        --mem-queue-size=0 (see "publishing" above) and while --max-queue-bytes caps are set
-        (a publish is admitted against the channels' bytes, so it must reach them at once)."""
-        direct = self.mem_capacity <= 0 and self.held_copies is None
-        return direct or self.nsqd.queue_limits.active
+        waits for their running fsyncs too, ``BackendWrites.running_syncs``): while
+        --max-queue-bytes caps are set (a publish is admitted against the channels' bytes, so
+        it must reach them at once), and with --mem-queue-size=0 unless the topic's queue is
+        held (see "publishing" above) and has more than DIRECT_CHANNELS to copy to."""
+        if self.nsqd.queue_limits.active:
+            return True
+        if self.mem_capacity > 0:
+            return False
+        return self.held_copies is None or len(self._channel_list) <= DIRECT_CHANNELS
 
     def _put(self, msg: Message) -> None:
         if msg.deferred and self.flowing():

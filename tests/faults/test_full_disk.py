@@ -27,6 +27,7 @@ from .support import (
     ping,
     publish_all,
     publish_until_refused,
+    try_pub,
 )
 
 BODY_SIZE = 1024
@@ -165,6 +166,33 @@ def test_copies_a_full_disk_refused_survive_a_crash(
         got = Counter(m.body for m in consume_all(nsqd, "t", "c", timeout=30.0))
         assert not Counter(first) - got, "acknowledged messages were lost"
         assert set(got) <= set(first)
+
+
+def test_a_topic_frees_its_files_once_every_channel_settled_its_copies(
+    disk: Path, nsqd: DaemonProcess
+) -> None:
+    """Refused copies keep the topic's records until each channel is done with them: one
+    channel finishing them is not enough, the other channel's deletion settles the rest; then
+    the topic's files go and publishes are taken again."""
+    http_ok(nsqd, "POST", "/topic/create?topic=t")
+    for channel in ("c", "d"):
+        http_ok(nsqd, "POST", f"/channel/create?topic=t&channel={channel}")
+    http_ok(nsqd, "POST", "/topic/pause?topic=t")
+    first, _ = publish_until_refused(nsqd, "t", b"first", BODY_SIZE)
+    fill_disk(disk / "filler")
+    http_ok(nsqd, "POST", "/topic/unpause?topic=t")
+    depths = lambda: [(channel_stats(nsqd, "t", ch) or {}).get("depth") for ch in ("c", "d")]  # noqa: E731
+    wait_until(lambda: depths() == [len(first)] * 2, 30.0)
+    received = consume_from(nsqd, "t", "c", len(first), timeout=30.0)
+    assert Counter(m.body for m in received) == Counter(first)
+    time.sleep(0.3)
+    assert try_pub(nsqd, "t", b"still full") is not None, "d's copies no longer kept the files"
+
+    http_ok(nsqd, "POST", "/channel/delete?topic=t&channel=d")
+    second = [b"second%06d:" % i + bytes(BODY_SIZE - 13) for i in range(20)]
+    publish_all(nsqd, "t", second, timeout=30.0)
+    received = consume_from(nsqd, "t", "c", len(second), timeout=30.0)
+    assert Counter(m.body for m in received) == Counter(second)
 
 
 def test_a_crash_during_the_fault_loses_no_acknowledged_message(

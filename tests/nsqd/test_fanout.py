@@ -24,7 +24,7 @@ from ..raw_v2 import (
     wait_for,
     wait_until,
 )
-from .nsqd_storage_support import launch, start_again
+from .nsqd_storage_support import consume_all, launch, start_again
 
 FRAME_MESSAGE = 2
 
@@ -260,6 +260,29 @@ def test_disk_backed_ok_means_on_every_channels_disk(
     for channel in ("a", "b", "c"):
         wait_depth(nsqd, "t", channel, 40)
         assert consume(nsqd, "t", channel, 40) == direct + held
+
+
+def test_disk_backed_topic_with_many_channels_keeps_every_acknowledged_message(
+    tmp_path: Path, daemons: list[DaemonProcess]
+) -> None:
+    """--mem-queue-size=0 with the default --sync-every and more channels than
+    DIRECT_CHANNELS: a publish is acknowledged in the topic's disk queue and copied later.
+    A kill -9 right after the OKs loses nothing on any channel (a copy made again after the
+    restart may come twice: at least once)."""
+    nsqd = launch(daemons, tmp_path, "--mem-queue-size=0")
+    channels = [f"c{i}" for i in range(6)]
+    create(nsqd, "t", *channels)
+    bodies = [b"m-%05d" % i for i in range(3000)]
+    with NsqConn(nsqd.tcp_address) as pub:
+        for start in range(0, len(bodies) - 100, 500):
+            pub.mpub("t", bodies[start : start + 500])
+        for body in bodies[2500:]:
+            pub.pub("t", body)
+    nsqd.kill()
+    start_again(nsqd)
+    for channel in channels:
+        got = [msg.body for msg in consume_all(nsqd, "t", channel, timeout=20.0)]
+        assert list(dict.fromkeys(got)) == bodies, channel  # all, first copies in order
 
 
 def test_a_copy_read_again_after_kill_is_not_sent_while_its_twin_is_in_flight(

@@ -146,11 +146,12 @@ class Topic:
     # batch per turn, so publishers and fan-out share the loop as Go's goroutines share CPUs.
     # Two publishes skip the topic queue when nothing waits in it: a DPUB goes straight to the
     # channels' deferred queues (keeping its deferral, which a disk queue cannot hold), and
-    # with --mem-queue-size=0 --sync-every=1 (or on an ephemeral topic) a message goes
-    # straight to the channels' disk queues, so the publish is acknowledged after the very
-    # writes (and syncs) that deliver it. With --mem-queue-size=0 and a larger --sync-every
-    # the publish is acknowledged in the topic's disk queue, as in Go, and its records are
-    # held until every channel has its copy (topic_held.py).
+    # with --mem-queue-size=0 a message goes straight to the channels' disk queues, so the
+    # publish is acknowledged after the very writes (and syncs) that deliver it: always with
+    # --sync-every=1 or on an ephemeral topic, otherwise up to DIRECT_CHANNELS channels. With
+    # more channels (and --sync-every above 1) the publish is acknowledged in the topic's disk
+    # queue, as in Go, and its records are held until every channel has settled its copy
+    # (topic_held.py).
 
     def new_message(self, body: bytes) -> Message:
         return Message(self.guid.new_id(), body, self.nsqd.wall_ns())

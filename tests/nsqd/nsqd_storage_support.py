@@ -183,14 +183,8 @@ def gather(
     arrived: list[tuple[int, Message, float]] = []
     while len(arrived) < count:
         for index, conn in enumerate(conns):
-            found = conn.poll_frame()
-            while found is not None:
-                frame_type, data = found
-                assert frame_type == 2, found
-                msg = decode_message(data)
-                conn.fin(msg.id)
+            for msg in fin_buffered(conn):
                 arrived.append((index, msg, time.monotonic()))
-                found = conn.poll_frame()
         if len(arrived) >= count:
             break
         remaining = deadline - time.monotonic()
@@ -199,6 +193,18 @@ def gather(
         for conn in readable:
             conn.receive_some()
     return arrived
+
+
+def fin_buffered(conn: NsqConn) -> list[Message]:
+    """Every message whose frame is complete in ``conn``'s buffer, each FINed (no blocking)."""
+    msgs = []
+    while (found := conn.poll_frame()) is not None:
+        frame_type, data = found
+        assert frame_type == 2, found
+        msg = decode_message(data)
+        conn.fin(msg.id)
+        msgs.append(msg)
+    return msgs
 
 
 def subscriber(nsqd: DaemonProcess, topic: str, channel: str) -> NsqConn:
@@ -231,17 +237,13 @@ def consume_all(
     try:
         conn.rdy(2500)
         while True:
-            frame = conn.poll_frame()
-            if frame is None:
+            got = fin_buffered(conn)
+            if not got:
                 with contextlib.suppress(TimeoutError):
                     conn.receive_some(timeout=0.2)
-                frame = conn.poll_frame()
-            if frame is not None:
-                frame_type, data = frame
-                assert frame_type == 2, frame
-                msg = decode_message(data)
-                conn.fin(msg.id)
-                received.append(msg)
+                got = fin_buffered(conn)
+            if got:
+                received.extend(got)
                 continue
             chan = channel_stats(nsqd, topic, channel) or {}
             topic_depth = (topic_stats(nsqd, topic) or {}).get("depth", 0)

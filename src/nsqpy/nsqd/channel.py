@@ -376,9 +376,7 @@ class Channel(HeldMessages):
                 e2e.insert(now_ns - msg.timestamp)
         if released and held is not None:
             held.release_many(released)
-        copies = self.topic.held_copies
-        if copies is not None and copies.pending:
-            copies.finished(self, ids[:finished])
+        self._settled(ids[:finished])
         return finished
 
     def _put_back_in_flight(self, msg: Message) -> None:
@@ -412,7 +410,7 @@ class Channel(HeldMessages):
         msg = self._pop_in_flight(client, msg_id)
         msg.client = None
         self._release(msg)
-        self._settled(msg_id)
+        self._settled([msg_id])
         if self.e2e is not None:
             self.e2e.insert(self.nsqd.wall_ns() - msg.timestamp)
 
@@ -477,15 +475,15 @@ class Channel(HeldMessages):
         if not self.nsqd.dead_letters.divert(self, msg):
             return False
         self._release(msg)
-        self._settled(msg.id)
+        self._settled([msg.id])
         return True
 
-    def _settled(self, msg_id: bytes) -> None:
-        """This channel is done with the message: its topic may let go of the record
-        (topic_held.py)."""
+    def _settled(self, ids: list[bytes]) -> None:
+        """This channel is done with these messages: the topic may let go of the records of
+        copies a full disk refused (topic_held.py)."""
         copies = self.topic.held_copies
         if copies is not None and copies.pending:
-            copies.finished(self, [msg_id])
+            copies.finished(self, ids)
 
     # ------------------------------------------------------------------ deferred
 

@@ -2,20 +2,25 @@
 
 nsqd asks an auth server what a secret may do: ``GET <server>/auth?common_name=&remote_ip=
 &secret=&tls=`` (or POST with a JSON body), and caches the answer for its ``ttl`` seconds.
+
+Grant patterns are RE2 expressions, as Go's ``regexp`` reads them: matching is linear in the
+name (no backtracking), and what RE2 cannot express (look-arounds, backreferences) makes the
+whole answer invalid, as Go's ``regexp.Compile`` check in ``QueryAuthd`` does.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import random
-import re
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
+import re2
 from yarl import URL
 
 from ..internal import lg
@@ -35,19 +40,45 @@ class AuthError(Exception):
     pass
 
 
+#: Compiled grant patterns kept across AUTH answers (every re-auth repeats the same few).
+PATTERN_CACHE_SIZE = 256
+
+
 @dataclass
 class Authorization:
-    topic: re.Pattern[str]
-    channels: list[re.Pattern[str]]
+    topic: Pattern
+    channels: list[Pattern]
     permissions: list[str]
 
     def allows(self, topic: str, channel: str) -> bool:
         wanted = "subscribe" if channel else "publish"
-        if wanted not in self.permissions or not self.topic.search(topic):
+        if wanted not in self.permissions or not self.topic.matches(topic):
             return False
         # Go checks the channel regexes for publish too, against "" (a publish-only grant
         # needs a channel pattern such as ".*")
-        return any(pattern.search(channel) for pattern in self.channels)
+        return any(pattern.matches(channel) for pattern in self.channels)
+
+
+class _Searcher(Protocol):
+    def search(self, text: bytes) -> object: ...
+
+
+class Pattern:
+    """A grant's topic or channel pattern with Go's ``regexp.MatchString`` semantics: RE2,
+    unanchored (a match anywhere in the name counts), over the name's bytes."""
+
+    __slots__ = ("_regexp", "source")
+
+    def __init__(self, source: str, regexp: _Searcher) -> None:
+        self.source = source
+        self._regexp = regexp
+
+    def matches(self, name: str) -> bool:
+        # names reach here validated, but a surrogate-escaped byte must not raise
+        return self._regexp.search(name.encode("utf-8", "surrogateescape")) is not None
+
+    def __repr__(self) -> str:
+        return f"Pattern({self.source!r})"
 
 
 @dataclass
@@ -92,11 +123,58 @@ def parse_state(body: bytes) -> AuthState:
     )
 
 
-def _compile(pattern: str, what: str) -> re.Pattern[str]:
+def _compile(pattern: str, what: str) -> Pattern:
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise AuthError(f'unable to compile {what} "{pattern}" {exc}') from None
+        return compile_pattern(pattern)
+    except ValueError as exc:
+        raise AuthError(f"unable to compile {what} {go_quote(pattern)} {exc}") from None
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # a bad pattern is reported through AuthError, not on stderr
+    return options
+
+
+_OPTIONS = _re2_options()
+
+
+@functools.lru_cache(maxsize=PATTERN_CACHE_SIZE)
+def compile_pattern(pattern: str) -> Pattern:
+    """Compile as Go's ``regexp.Compile`` would accept; ValueError names what is wrong."""
+    if _has_any_byte_escape(pattern):
+        raise ValueError(r"error parsing regexp: invalid escape sequence: `\C`")
+    try:
+        regexp = re2.compile(pattern, _OPTIONS)
+    except re2.error as exc:
+        raise ValueError(f"error parsing regexp: {_re2_message(exc)}") from None
+    return Pattern(pattern, regexp)
+
+
+def _has_any_byte_escape(pattern: str) -> bool:
+    r"""RE2 in C++ reads ``\C`` as "any byte"; Go's syntax has no such escape and rejects it.
+    Text quoted with ``\Q...\E`` is literal in both."""
+    i, end = 0, len(pattern)
+    while i < end:
+        if pattern.startswith("\\Q", i):
+            close = pattern.find("\\E", i + 2)
+            if close < 0:
+                return False
+            i = close + 2
+        elif pattern[i] == "\\":
+            if pattern.startswith("C", i + 1):
+                return True
+            i += 2
+        else:
+            i += 1
+    return False
+
+
+def _re2_message(exc: Exception) -> str:
+    detail = exc.args[0] if exc.args else ""
+    if isinstance(detail, bytes):
+        return detail.decode("utf-8", "replace")
+    return str(detail)
 
 
 class AuthClient:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import Cluster, FakeGraphite, StartAdmin, api, http
+from nsqpy.testing import DaemonProcess
+
+from .conftest import Cluster, FakeGraphite, StartAdmin, api, http, wait_for
 
 TEMPLATE = "<html><script>window.NSQADMIN = __NSQADMIN_CONFIG__;</script></html>\n"
 PAGES = ["/", "/topics", "/topics/t", "/topics/t/c", "/nodes", "/nodes/h:1", "/counter", "/lookup"]
@@ -121,6 +125,51 @@ def test_packaged_template_and_assets_are_served(start_admin: StartAdmin) -> Non
     assert api(admin, "GET", "/static/does-not-exist.js") == (404, {"message": "NOT_FOUND"})
     status, _, _ = http(admin.http_url + "/static/../http.py")
     assert status == 404
+
+
+def raw_get(admin: DaemonProcess, target: bytes) -> tuple[bytes, bytes]:
+    """``GET target`` sent as given over a socket: the status line and the body."""
+    with socket.create_connection(admin.http_address, timeout=10) as sock:
+        sock.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], body
+
+
+MALFORMED_ASSETS = [
+    b"/static/%00",
+    b"/fonts/%00",
+    b"/static/js/%00app.js",
+    b"/static/a%00/b",
+    b"/static/%01%1b%7f",
+    b"/static/%0d%0aINFO:%20forged",
+    b"/static/" + b"a" * 5000,  # longer than a file name may be
+    b"/static/" + b"a/" * 3000,  # longer than a path may be
+    b"/static/../../../etc/passwd",
+    b"/static/%2e%2e/%2e%2e/pages.py",
+    b"/static/js/..%2f..%2f..%2fpages.py",
+]
+
+
+@pytest.mark.parametrize("dev", [False, True], ids=["packaged", "dev-static-dir"])
+def test_malformed_asset_paths_are_not_found_and_logged_escaped(
+    start_admin: StartAdmin, dev_dir: Path, dev: bool
+) -> None:
+    admin = start_admin(*([f"--dev-static-dir={dev_dir}"] if dev else []), "--poll-interval=0")
+    for target in MALFORMED_ASSETS:
+        status, body = raw_get(admin, target)
+        assert status == b"HTTP/1.1 404 Not Found", target
+        assert json.loads(body) == {"message": "NOT_FOUND"}, target
+    assert raw_get(admin, b"/static/js/app.js" if not dev else b"/static/app.js")[0].endswith(
+        b"200 OK"
+    )
+    wait_for(lambda: "404 GET /static/js/..%2f" in admin.log, what="the access log")
+    assert "404 GET /static/%00 " in admin.log
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", admin.log), ascii(admin.log)
+    assert "forged" not in admin.log.replace("%20forged", "")
+    assert "panic" not in admin.log
 
 
 # --------------------------------------------------------------------------- graphite

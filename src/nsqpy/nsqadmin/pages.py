@@ -97,8 +97,8 @@ class PageHandlers(AdminContext):
         name = request.match_info["asset"]
         root = Path(self.opts.dev_static_dir) if self.opts.dev_static_dir else STATIC_DIR
         root = root.resolve()
-        target = (root / name).resolve()
-        if not target.is_relative_to(root) or not target.is_file():
+        target = _asset_file(root, name)
+        if target is None:
             raise ApiError(404, "NOT_FOUND")
         self.logger.debug(f"serving static asset {name!r} from {root}")
         suffix = target.suffix.lower()
@@ -106,3 +106,18 @@ class PageHandlers(AdminContext):
         response = web.Response(body=target.read_bytes())
         response.headers["Content-Type"] = content_type or "application/octet-stream"
         return response
+
+
+def _asset_file(root: Path, name: str) -> Path | None:
+    """The file ``name`` names under ``root``, or None (Go: 404) for anything else: a path
+    leaving ``root``, a control character (a NUL makes the OS calls raise), a name too long
+    for the file system."""
+    if any(ord(char) < 0x20 or char == "\x7f" for char in name):
+        return None
+    try:
+        target = (root / name).resolve()
+        if target.is_relative_to(root) and target.is_file():
+            return target
+    except (OSError, ValueError):
+        pass
+    return None

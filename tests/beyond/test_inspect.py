@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from nsqpy.nsqd.inspect import AUTH_SECRET_HEADER
 from nsqpy.testing import DaemonProcess
 
+from ..nsqd.nsqd_transport_support import AuthQuery, AuthServer
 from ..raw_v2 import NsqConn, channel_stats, decode_message, http_ok, http_request, q, unique
 from .support import launch
 
@@ -125,3 +129,88 @@ def test_inspect_is_off_by_default_and_validates(
     assert http_request(nsqd, "GET", "/topic/peek?" + q(topic="x", n="0")).status == 400
     assert http_request(nsqd, "GET", "/topic/peek?" + q(topic="x", n="abc")).status == 400
     assert http_request(nsqd, "GET", "/channel/peek?" + q(topic="x", channel="y")).status == 404
+
+
+# --------------------------------------------------------------------------- behind AUTH
+
+SUB_C = {"topic": "^guarded_", "channels": ["^c$"], "permissions": ["subscribe"]}
+SUB_OTHER = {"topic": "^guarded_", "channels": ["^other$"], "permissions": ["subscribe"]}
+PUBLISH = {"topic": ".*", "channels": [".*"], "permissions": ["publish"]}
+GRANTS = {"reader": [SUB_C], "other-reader": [SUB_OTHER], "publisher": [PUBLISH]}
+
+
+def answer_by_secret(query: AuthQuery) -> tuple[int, Any]:
+    secret = parse_qs(urlsplit(query.path_qs).query).get("secret", [""])[0]
+    if secret not in GRANTS:
+        return 403, {"message": "unknown secret"}
+    return 200, {"ttl": 3600, "authorizations": GRANTS[secret]}
+
+
+@pytest.fixture
+def authd() -> Iterator[AuthServer]:
+    server = AuthServer(answer=answer_by_secret).start()
+    yield server
+    server.stop()
+
+
+def inspect_as(nsqd: DaemonProcess, path: str, secret: str | None, **params: str) -> Any:
+    headers = {} if secret is None else {AUTH_SECRET_HEADER: secret}
+    resp = http_request(nsqd, "GET", f"{path}?{q(**params)}", headers=headers)
+    return resp.status, resp.json()
+
+
+def test_inspection_needs_the_grant_a_sub_needs(
+    daemons: list[DaemonProcess], tmp_path: Path, authd: AuthServer
+) -> None:
+    nsqd = launch(daemons, tmp_path, "--enable-inspect", f"--auth-http-address={authd.address}")
+    topic = unique("guarded")
+    http_ok(nsqd, "POST", "/topic/create?" + q(topic=topic))
+    http_ok(nsqd, "POST", "/channel/create?" + q(topic=topic, channel="c"))
+    http_ok(nsqd, "POST", "/pub?" + q(topic=topic), b"private")
+    channel_routes = ("/channel/peek", "/channel/inflight", "/channel/deferred")
+    routes = [(path, {"topic": topic, "channel": "c"}) for path in channel_routes]
+    routes.append(("/topic/peek", {"topic": topic}))
+
+    for path, params in routes:
+        assert inspect_as(nsqd, path, None, **params) == (401, {"message": "AUTH_REQUIRED"})
+        assert inspect_as(nsqd, path, "", **params) == (401, {"message": "AUTH_REQUIRED"})
+        assert inspect_as(nsqd, path, "nobody", **params) == (403, {"message": "AUTH_FAILED"})
+        assert inspect_as(nsqd, path, "publisher", **params) == (403, {"message": "UNAUTHORIZED"})
+        assert inspect_as(nsqd, path, "reader", **params)[0] == 200, path
+    # a channel nobody may read is refused before it is looked up: its absence is not told
+    missing = {"topic": unique("guarded"), "channel": "c"}
+    assert inspect_as(nsqd, "/channel/peek", None, **missing)[0] == 401
+    assert inspect_as(nsqd, "/channel/peek", "reader", **missing)[0] == 404
+    # SUB to another channel of the topic: not this channel, but the topic's own queue
+    # (every message of it reaches any channel)
+    other = inspect_as(nsqd, "/channel/peek", "other-reader", topic=topic, channel="c")
+    assert other == (403, {"message": "UNAUTHORIZED"})
+    assert inspect_as(nsqd, "/topic/peek", "other-reader", topic=topic)[0] == 200
+
+    status, found = inspect_as(nsqd, "/channel/peek", "reader", topic=topic, channel="c")
+    assert status == 200
+    assert [base64.b64decode(m["body"]) for m in found["messages"]] == [b"private"]
+    # asked as AUTH asks, and once per secret while its answer's ttl lasts
+    asked = [parse_qs(urlsplit(a.path_qs).query, True) for a in authd.queries]
+    reader = [a for a in asked if a["secret"] == ["reader"]]
+    assert len(reader) == 1
+    assert reader[0] == {
+        "common_name": [""],
+        "remote_ip": ["127.0.0.1"],
+        "secret": ["reader"],
+        "tls": ["false"],
+    }
+    assert "AUTH failed for 127.0.0.1" in nsqd.log  # the unknown secret
+
+
+def test_inspection_without_auth_needs_no_secret(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    nsqd = launch(daemons, tmp_path, "--enable-inspect")
+    topic = unique("open")
+    http_ok(nsqd, "POST", "/topic/create?" + q(topic=topic))
+    http_ok(nsqd, "POST", "/channel/create?" + q(topic=topic, channel="c"))
+    assert inspect_as(nsqd, "/channel/peek", None, topic=topic, channel="c") == (
+        200,
+        {"messages": []},
+    )

@@ -536,12 +536,17 @@ def test_non_admin_sees_no_action_buttons_and_is_forbidden(
         visitor.assert_no_errors()
 
         expect(visitor.page.locator("#read-only")).to_be_visible()
-        visitor.open(f"/topics/{world.busy}/metrics")
+        page = visitor.open(f"/topics/{world.busy}/metrics")
+        # a channel page: a note where an admin sees message bodies
+        expect(page.locator("#inspect-admin-only")).to_contain_text("admins only")
+        expect(page.locator("#inspect")).to_have_count(0)
         visitor.screenshot("non-admin")
         page = alice.open(f"/topics/{world.busy}")
         expect(page.locator("#read-only")).to_have_count(0)
         expect(page.locator("nav .user")).to_have_text("alice")
         expect(page.locator("button[data-action]")).to_have_count(3 + 2)  # + a ✘ per node
+        alice.open(f"/topics/{world.busy}/metrics")
+        expect(alice.page.locator("#inspect-admin-only")).to_have_count(0)
         alice.assert_no_errors()
     finally:
         visitor.close()

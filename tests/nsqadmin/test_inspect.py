@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
+from nsqpy.nsqadmin.inspect_auth import AUTH_SECRET_HEADER
+from nsqpy.nsqd.inspect import AUTH_SECRET_HEADER as NSQD_AUTH_SECRET_HEADER
 from nsqpy.testing import DaemonProcess, start_nsqd
 
+from ..nsqd.nsqd_transport_support import AuthServer
 from ..raw_v2 import NsqConn
 from .conftest import Cluster, StartAdmin, api, http, wait_for
 
@@ -193,3 +198,65 @@ def test_dead_lettering_figures_on_the_channel(
         consumer.close()
     status, plain = api(admin, "GET", f"/api/topics/{cluster.new_topic('x')}/c")
     assert status == 200 and "max_attempts" not in plain
+
+
+# --------------------------------------------------------------------------- nsqd behind AUTH
+
+
+class HeaderRecorder(BaseHTTPRequestHandler):
+    """A stand-in daemon that answers 404 to everything and keeps each request's headers."""
+
+    seen: ClassVar[list[tuple[str, dict[str, str]]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, dict(self.headers)))
+        body = b'{"message":"NOT_FOUND"}'
+        self.send_response(404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_nsqadmin_sends_its_secret_to_inspection_routes_only(
+    start_admin: StartAdmin, tmp_path: Path
+) -> None:
+    authd = AuthServer().start()
+    authd.grant([{"topic": ".*", "channels": ["^c$"], "permissions": ["subscribe"]}])
+    recorder = ThreadingHTTPServer(("127.0.0.1", 0), HeaderRecorder)
+    threading.Thread(target=recorder.serve_forever, daemon=True).start()
+    nsqd = start_nsqd(tmp_path, "--enable-inspect", f"--auth-http-address={authd.address}")
+    try:
+        topic = f"authed_{time.monotonic_ns()}"
+        post(nsqd, f"/topic/create?topic={topic}")
+        post(nsqd, f"/channel/create?topic={topic}&channel=c")
+        post(nsqd, f"/pub?topic={topic}", b"private")
+        nodes = [f"--nsqd-http-address={address(nsqd)}"]
+        nodes.append(f"--nsqd-http-address=127.0.0.1:{recorder.server_port}")
+        path = f"/api/topics/{topic}/c/inspect"
+
+        without = start_admin(*nodes, mode="none")
+        status, refused = api(without, "GET", path)
+        assert status == 502 and "401" in refused["message"], refused
+        assert authd.queries == []
+
+        admin = start_admin(*nodes, "--nsqd-auth-secret=s3cret", mode="none")
+        status, found = api(admin, "GET", path)
+        assert status == 200, found
+        assert bodies(found["nodes"][0]["queued"]) == [b"private"]
+        assert ["secret=s3cret" in q.path_qs for q in authd.queries] == [True]
+        # the secret went to no other request (the stand-in daemon saw /stats and others)
+        assert HeaderRecorder.seen
+        for seen_path, headers in HeaderRecorder.seen:
+            assert "X-NSQ-Auth-Secret" not in headers, seen_path
+        assert AUTH_SECRET_HEADER == NSQD_AUTH_SECRET_HEADER
+        assert api(admin, "GET", "/config/nsqd_auth_secret") == (
+            400,
+            {"message": "INVALID_OPTION"},
+        )
+    finally:
+        nsqd.stop()
+        recorder.shutdown()
+        authd.stop()

@@ -19,7 +19,7 @@ from ..internal.http_api import ApiError, v1_json
 from ..internal.net import format_address
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from .context import AdminContext, Warnings, upstream_error
-from .options import COMMAND_ONLY, Options
+from .options import COMMAND_ONLY, SECRET, Options
 
 
 def _decode_json_body(raw: bytes) -> Any:
@@ -259,7 +259,7 @@ class ActionHandlers(AdminContext):
                 raise ApiError(413, "INVALID_VALUE")
             self._put_config(opt, body)
         for spec in specs(Options):
-            if spec.cfg == opt and spec.attr not in COMMAND_ONLY:
+            if spec.cfg == opt and spec.attr not in COMMAND_ONLY and spec.attr not in SECRET:
                 return v1_json(render_value(spec.kind, getattr(self.opts, spec.attr)))
         raise ApiError(400, "INVALID_OPTION")
 

@@ -34,6 +34,7 @@ from ..internal.http_server import start_app
 from ..internal.net import format_address, listen_socket, split_host_port
 from .history import History, Poller
 from .http import AdminHTTP, normalize_base_path
+from .inspect_auth import SecretInspectingClusterInfo
 from .options import Options
 
 
@@ -134,11 +135,13 @@ class NSQAdmin(ServiceContext):
         self.options = opts
         self.base_path = opts.base_path
         self.hostname = socket.gethostname()
-        self.ci = ClusterInfo(
-            ApiClient(
-                opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context
-            ),
-            self.logger,
+        client = ApiClient(
+            opts.http_client_connect_timeout, opts.http_client_request_timeout, ssl_context
+        )
+        self.ci = (
+            SecretInspectingClusterInfo(client, self.logger, opts.nsqd_auth_secret)
+            if opts.nsqd_auth_secret
+            else ClusterInfo(client, self.logger)
         )
         self.history = History(opts.poll_interval, opts.history_points)
         quiet = ClusterInfo(self.ci.client)  # the poller's queries are not logged one by one

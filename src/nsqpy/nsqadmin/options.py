@@ -23,6 +23,8 @@ from ..internal.flags import (
 
 #: Options Go's /config/:opt does not know (they are flags of the command, not of the Options).
 COMMAND_ONLY = frozenset({"version", "config", "verbose"})
+#: Options /config/:opt never reads back.
+SECRET = frozenset({"nsqd_auth_secret"})
 
 
 @dataclass
@@ -123,6 +125,15 @@ class Options(CommonOptions, HTTPClientTimeouts):
         "to perform privileged actions; acl-http-header is used to determine the authenticated "
         "user)",
         cfg="admin_users",
+    )
+
+    # nsqpy: the secret nsqadmin gives nsqd's inspection routes when nsqd runs an auth server
+    nsqd_auth_secret: str = option(
+        "nsqd-auth-secret",
+        "",
+        STR,
+        "secret sent to nsqd's --enable-inspect routes (X-NSQ-Auth-Secret) for nsqd with "
+        "--auth-http-address; it needs a subscribe grant for the channels admins inspect",
     )
 
     # nsqpy: the cluster poller behind /api/overview and /api/history (0 disables it)

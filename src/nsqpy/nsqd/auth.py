@@ -10,11 +10,13 @@ whole answer invalid, as Go's ``regexp.Compile`` check in ``QueryAuthd`` does.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import random
 import ssl
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -42,6 +44,8 @@ class AuthError(Exception):
 
 #: Compiled grant patterns kept across AUTH answers (every re-auth repeats the same few).
 PATTERN_CACHE_SIZE = 256
+#: Auth answers kept for HTTP callers (one per secret and address), each until its ``ttl``.
+HTTP_STATE_CACHE_SIZE = 256
 
 
 @dataclass
@@ -93,6 +97,14 @@ class AuthState:
 
     def allows(self, topic: str, channel: str) -> bool:
         return any(auth.allows(topic, channel) for auth in self.authorizations)
+
+    def may_subscribe_to(self, topic: str) -> bool:
+        """Whether some SUB to ``topic`` is granted (a subscription to any one channel
+        receives every message the topic holds)."""
+        return any(
+            "subscribe" in auth.permissions and bool(auth.channels) and auth.topic.matches(topic)
+            for auth in self.authorizations
+        )
 
 
 def parse_state(body: bytes) -> AuthState:
@@ -276,12 +288,26 @@ def _to_https(endpoint: str, port: int) -> str:
     return urlunsplit(("https", netloc, parts.path, parts.query, parts.fragment))
 
 
+@dataclass(frozen=True)
+class HttpCaller:
+    """What nsqd tells the auth server about an HTTP request, as AUTH tells it of a client."""
+
+    remote_ip: str
+    tls: bool
+    common_name: str
+    secret: str
+
+
 class Authenticator:
     """The AUTH flow of one nsqd: AUTH, lazy re-auth on expiry, and permission checks."""
 
     def __init__(self, client: AuthClient | None, logger: lg.Logger) -> None:
         self.client = client
         self.logger = logger
+        # HTTP requests carry their secret each time: the answer is kept for its ttl, as a
+        # connection keeps its AUTH, so a burst of requests is not a burst of queries
+        self._http_states: OrderedDict[HttpCaller, AuthState] = OrderedDict()
+        self._http_pending: dict[HttpCaller, asyncio.Future[AuthState]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -321,6 +347,42 @@ class Authenticator:
         except AuthError as exc:
             self.logger.warn(f"PROTOCOL(V2): [{conn}] AUTH failed {exc}")
             raise ProtocolError("E_AUTH_FAILED", "AUTH failed") from None
+
+    async def http_state(self, caller: HttpCaller) -> AuthState:
+        """The grants of an HTTP caller's secret; AuthError when the auth servers refuse or
+        fail (the details are logged)."""
+        state = self._http_states.get(caller)
+        if state is not None and not state.expired():
+            self._http_states.move_to_end(caller)
+            return state
+        # requests that arrive together (nsqadmin asks for three listings at once) share one
+        # query
+        pending = self._http_pending.get(caller)
+        if pending is None:
+            pending = asyncio.ensure_future(self._query_http(caller))
+            self._http_pending[caller] = pending
+            pending.add_done_callback(lambda done: self._http_query_done(caller, done))
+        return await asyncio.shield(pending)
+
+    def _http_query_done(self, caller: HttpCaller, done: asyncio.Future[AuthState]) -> None:
+        self._http_pending.pop(caller, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: every waiter may have gone (logged in _query_http)
+
+    async def _query_http(self, caller: HttpCaller) -> AuthState:
+        assert self.client is not None
+        try:
+            state = await self.client.query_any(
+                caller.remote_ip, caller.tls, caller.common_name, caller.secret
+            )
+        except AuthError as exc:
+            self.logger.warn(f"HTTP: AUTH failed for {caller.remote_ip} {exc}")
+            raise
+        self._http_states[caller] = state
+        self._http_states.move_to_end(caller)
+        while len(self._http_states) > HTTP_STATE_CACHE_SIZE:
+            self._http_states.popitem(last=False)
+        return state
 
     def check(self, conn: ClientV2, cmd: str, topic: str, channel: str) -> None:
         """Go's CheckAuth; raises NeedsReauth when the cached answer has expired."""

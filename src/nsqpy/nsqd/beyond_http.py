@@ -2,7 +2,7 @@
 
 ``/metrics`` (on unless ``--metrics=false``), ``/channel/config``, ``/dead_letter`` and
 ``/client/kick`` (additive, inert until used), and with ``--enable-inspect`` the peek and
-listing routes.
+listing routes (behind the auth server's SUB grants when ``--auth-http-address`` is set).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from ..internal.http_api import ApiError, RouteHandler, v1_json
+from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from . import inspect, kick
 from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
 from .http_params import channel_args, existing_topic, first, query
@@ -142,23 +143,41 @@ class BeyondHandlers:
 
     async def topic_peek(self, request: web.Request) -> web.Response:
         params = query(request)
+        name = first(params, "topic")
+        if name is not None and is_valid_topic_name(name):
+            await inspect.require_grant(self.nsqd, request, name, None)
         topic = existing_topic(self.nsqd, params, validate=True)
         msgs = inspect.peek_topic(topic, _count(first(params, "n"), 1))
         return _messages(msgs, first(params, "format"))
 
     async def channel_peek(self, request: web.Request) -> web.Response:
         params = query(request)
-        channel = self._channel(request)
+        channel = await self._inspected_channel(request, params)
         msgs = inspect.peek_channel(channel, _count(first(params, "n"), 1))
         return _messages(msgs, first(params, "format"))
 
     async def channel_inflight(self, request: web.Request) -> web.Response:
-        channel = self._channel(request)
+        channel = await self._inspected_channel(request, query(request))
         return v1_json({"messages": inspect.in_flight(self.nsqd, channel)})
 
     async def channel_deferred(self, request: web.Request) -> web.Response:
-        channel = self._channel(request)
+        channel = await self._inspected_channel(request, query(request))
         return v1_json({"messages": inspect.deferred(self.nsqd, channel)})
+
+    async def _inspected_channel(
+        self, request: web.Request, params: dict[str, list[str]]
+    ) -> Channel:
+        """The channel, once the caller is known to hold a SUB grant for it (with auth on):
+        whether it exists is told only to such a caller."""
+        topic, channel = first(params, "topic"), first(params, "channel")
+        if (
+            topic is not None
+            and channel is not None
+            and is_valid_topic_name(topic)
+            and is_valid_channel_name(channel)
+        ):
+            await inspect.require_grant(self.nsqd, request, topic, channel)
+        return self._channel(request)
 
 
 def _count(raw: str | None, default: int) -> int:

@@ -4,6 +4,10 @@ Reads what a topic or channel holds without touching it: the memory queue is cop
 queue is read with ``DiskQueue.peek`` (its files opened on their own from the read cursor; the
 queue's positions, buffers and depth are never moved), and in-flight and deferred messages are
 listed from the channel's dicts. Nothing here changes delivery order, attempts or depth.
+
+With ``--auth-http-address`` a request must carry a secret in ``X-NSQ-Auth-Secret`` that the
+auth server grants what a SUB would need (:func:`require_grant`): bodies are never shown to a
+caller who could not have subscribed to them.
 """
 
 from __future__ import annotations
@@ -13,6 +17,10 @@ import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
+
+from ..internal.http_api import ApiError
+from .auth import AuthError, HttpCaller
 from .diskqueue import DiskQueue
 from .message import Message, message_from_bytes
 
@@ -23,6 +31,39 @@ if TYPE_CHECKING:
     from .topic import Topic
 
 _LENGTH = struct.Struct(">i")
+
+#: The request header an inspecting caller puts its auth secret in (the secret of AUTH).
+AUTH_SECRET_HEADER = "X-NSQ-Auth-Secret"
+
+
+async def require_grant(nsqd: NSQD, request: web.Request, topic: str, channel: str | None) -> None:
+    """With auth on, refuse unless the caller's secret may SUB to ``topic`` on ``channel``
+    (on some channel for a topic's own queue): 401 ``AUTH_REQUIRED`` without a secret,
+    403 ``AUTH_FAILED`` when the auth server refuses it, 403 ``UNAUTHORIZED`` otherwise."""
+    if not nsqd.auth.enabled:
+        return
+    secret = request.headers.get(AUTH_SECRET_HEADER, "")
+    if not secret:
+        raise ApiError(401, "AUTH_REQUIRED")
+    caller = HttpCaller(request.remote or "", request.secure, _common_name(request), secret)
+    try:
+        state = await nsqd.auth.http_state(caller)
+    except AuthError:
+        raise ApiError(403, "AUTH_FAILED") from None
+    allowed = state.may_subscribe_to(topic) if channel is None else state.allows(topic, channel)
+    if not allowed:
+        raise ApiError(403, "UNAUTHORIZED")
+
+
+def _common_name(request: web.Request) -> str:
+    """The client certificate's common name over HTTPS, as AUTH sends for a TLS client."""
+    transport = request.transport
+    peer = transport.get_extra_info("peercert") if transport is not None else None
+    for rdn in (peer or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
 
 
 def queued(

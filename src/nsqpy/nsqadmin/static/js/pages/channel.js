@@ -19,7 +19,7 @@ import {
   queueActions,
   lossText,
 } from "./common.js";
-import { inspectSection, loadInspection } from "./inspect.js";
+import { adminOnlyNote, inspectSection, loadInspection } from "./inspect.js";
 import { hasQueueLimits, queueLimitHeaders, queueLimitCells, queueLimitBlanks } from "./queue_limits.js";
 
 // The Attributes labels of a client, as Go shows them.
@@ -196,7 +196,11 @@ export class ChannelPage {
     }
     const actions = queueActions(ctx, s.paused, "Channel");
     return html`${banner}${head}${actions}${liveCards(this.hist, "channel")}
-      ${this.nodeTable()}${this.clientTable(ctx)}${inspectSection(this.inspection, this.opened)}`;
+      ${this.nodeTable()}${this.clientTable(ctx)}${this.messages(ctx)}`;
+  }
+
+  messages(ctx) {
+    return ctx.isAdmin ? inspectSection(this.inspection, this.opened) : adminOnlyNote();
   }
 
   nodeTable() {

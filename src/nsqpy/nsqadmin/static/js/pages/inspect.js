@@ -74,6 +74,12 @@ function table(id, title, total, rows, extra, opened) {
   </table></div>`;
 }
 
+// What a non-admin sees instead of the section (with --admin-user bodies are for admins only).
+export function adminOnlyNote() {
+  return html`<section id="inspect-admin-only"><h4>Messages</h4>
+    <p class="muted">Message bodies are shown to admins only.</p></section>`;
+}
+
 // The section, or nothing when no nsqd of the channel supports inspection.
 export function inspectSection(found, opened) {
   const nodes = (found && found.nodes) || [];

@@ -346,9 +346,10 @@ class Channel(HeldMessages):
             self._release(msg)
         return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
 
-    def finish_many(self, client: ClientV2, ids: list[bytes]) -> int:
-        """FIN each ID in order, stopping at the first that is not ``client``'s in flight;
-        the number finished (the caller reports the failing one with :meth:`finish_message`)."""
+    def finish_many(self, client: ClientV2, ids: list[bytes], start: int = 0) -> int:
+        """FIN each ID in order from ``ids[start]``, stopping at the first that is not
+        ``client``'s in flight; the index it stopped at, ``len(ids)`` if none failed (the
+        caller reports the failing one with :meth:`finish_message`)."""
         in_flight = self.in_flight
         e2e = self.e2e
         now_ns = self.nsqd.wall_ns() if e2e is not None else 0
@@ -356,7 +357,8 @@ class Channel(HeldMessages):
         released: list[Hold] = []  # held mode: given back in one call
         finished = len(ids)
         pop = in_flight.pop
-        for index, msg_id in enumerate(ids):
+        for index in range(start, finished):
+            msg_id = ids[index]
             msg = pop(msg_id, None)  # one lookup for the usual case: found and the client's
             if msg is None or msg.client is not client:
                 if msg is not None:
@@ -376,7 +378,7 @@ class Channel(HeldMessages):
                 e2e.insert(now_ns - msg.timestamp)
         if released and held is not None:
             held.release_many(released)
-        self._settled(ids[:finished])
+        self._settled(ids[start:finished] if start else ids[:finished])
         return finished
 
     def _put_back_in_flight(self, msg: Message) -> None:

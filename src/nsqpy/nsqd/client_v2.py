@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,8 +47,17 @@ if TYPE_CHECKING:
 STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING = range(5)
 DEFAULT_BUFFER_SIZE = 16 * 1024
 _BAD_PROTOCOL = encode_error(b"E_BAD_PROTOCOL")
+#: Plain bytes taken out of the decompressor at a time: a compression bomb inflates a slice
+#: per step, never all at once.
 INFLATE_SLICE = 64 * 1024
-INFLATE_SLICES_PER_TURN = 16
+#: Seconds of one connection's input run per loop turn, checked after each step of at most
+#: TURN_STEP commands (a FIN run's IDs count one each) or one MPUB slice.
+TURN_BUDGET = 0.002
+TURN_STEP = 512
+#: Unsent output past which the connection's reading pauses until the peer reads (Go's
+#: connection blocks on its socket): a client that never reads cannot grow nsqd's memory.
+OUTPUT_HIGH_WATER = 4 * 1024 * 1024
+OUTPUT_LOW_WATER = 1024 * 1024
 TLS_HANDSHAKE_TIMEOUT = 5.0
 
 
@@ -94,9 +104,14 @@ class ClientV2(asyncio.Protocol):
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._compressor: SnappyFrameWriter | DeflateWriter | None = None
         self._decompressor: SnappyFrameReader | DeflateReader | None = None
-        self._suspended = False
-        self._stash: list[Command] = []
-        self._held: list[bytes] = []
+        self._suspended = False  # an AUTH or a sliced MPUB is under way
+        self._stash: list[Command] = []  # the commands parsed after it
+        self._input: deque[bytes] = deque()  # received, not yet parsed
+        self._backlog = False  # this turn's budget is spent: the rest runs on a later turn
+        self._output_full = False  # the peer does not read: its input waits
+        self._reading = True
+        self._line_too_long = False
+        self._eof = False
         self._task: asyncio.Task[None] | None = None
         self._parser = CommandParser(opts.max_msg_size, opts.max_body_size, fin_runs=True)
         self._magic = b""
@@ -126,6 +141,7 @@ class ClientV2(asyncio.Protocol):
         else:  # unix socket
             self.remote_address = "@"
         self._last_read = self.nsqd.now()
+        self.transport.set_write_buffer_limits(OUTPUT_HIGH_WATER, OUTPUT_LOW_WATER)
         self.nsqd.logger.info(f"TCP: new client({self.remote_address})")
         self._schedule_heartbeat()
 
@@ -138,6 +154,7 @@ class ClientV2(asyncio.Protocol):
         if self._task is not None:
             self._task.cancel()
         self._out.clear()
+        self._input.clear()
         self.nsqd.logger.info(f"PROTOCOL(V2): [{self.remote_address}] exiting ioloop")
         if self.channel is not None:
             self.channel.remove_client(self)
@@ -150,80 +167,115 @@ class ClientV2(asyncio.Protocol):
         self._last_read = self.nsqd.now()
         if self._tls_session is not None:
             data = self._receive_tls(data)
-        if self._decompressor is not None:
-            self._inflate(data)
-        elif data:
-            self._deliver(data)
+        if not data:
+            return
+        self._input.append(data)
+        if not self._input_waits():
+            self._run_input()
 
-    def _deliver(self, data: bytes) -> None:
-        if self._suspended:  # an AUTH is in progress: keep the order of commands
-            self._held.append(data)
-        else:
-            self._process(data)
+    # ------------------------------------------------------------------ input, a turn at a time
 
-    def _inflate(self, data: bytes) -> None:
-        """Decompress in bounded slices, yielding the loop now and then: a compression bomb
-        must neither balloon memory nor starve other clients."""
+    def _input_waits(self) -> bool:
+        """Whether this connection's input must wait: an AUTH or a sliced MPUB is under way,
+        its turn's budget is spent, or it does not read what it was sent."""
+        return self._suspended or self._backlog or self._output_full
+
+    def _update_reading(self) -> None:
+        """Read from the socket only while the input can be run now: what is not read stays
+        in the kernel's buffers and slows the peer down, as a blocked Go connection does."""
+        reading = not self._input_waits()
+        if reading != self._reading and not self._closed and self.transport is not None:
+            self._reading = reading
+            if reading:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
+
+    def _run_input(self) -> None:
+        """Run the input received so far for at most one turn's budget; the rest waits for a
+        later loop turn, the socket not read meanwhile, so every other connection is served
+        in between (one event loop serves them all)."""
+        deadline = time.perf_counter() + TURN_BUDGET
+        while True:
+            commands = self._next_commands()
+            if commands is None:
+                break
+            if commands:
+                self._run_batch(commands)
+            if self._closed:
+                return
+            if self._line_too_long:
+                self.nsqd.logger.error(
+                    f"[{self.remote_address}] - failed to read command - bufio: buffer full"
+                )
+                self.close()
+                return
+            if self._suspended or self._output_full:
+                self._update_reading()  # resumed by the AUTH's or MPUB's end, or the drain
+                return
+            if time.perf_counter() >= deadline:
+                self._backlog = True
+                self._update_reading()
+                self.loop.call_soon(self._next_turn)
+                return
+        if self._eof:
+            self._end_of_input()
+            self.close()
+            return
+        if self._parser.pending is not None:
+            self._check_pending_header()
+        self._update_reading()
+
+    def _next_turn(self) -> None:
+        self._backlog = False
+        if not self._closed and not self._input_waits():
+            self._run_input()
+
+    def _next_commands(self) -> list[Command] | None:
+        """The next piece of parsed input: what the parser still holds, then what the
+        decompressor still holds, then the next received chunk; None once all is run."""
+        if self._parser.more:
+            return self._parse(b"")
         decompressor = self._decompressor
-        assert decompressor is not None
         try:
-            plain = decompressor.decompress(data, INFLATE_SLICE)
-            for _ in range(INFLATE_SLICES_PER_TURN):
-                if plain:
-                    self._deliver(plain)
-                if self._closed or self._suspended or not decompressor.pending:
-                    return
-                plain = decompressor.decompress(b"", INFLATE_SLICE)
+            if decompressor is not None and decompressor.pending:
+                return self._parse(decompressor.decompress(b"", INFLATE_SLICE))
+            if not self._input:
+                return None
+            data = self._input.popleft()
+            if decompressor is not None:
+                data = decompressor.decompress(data, INFLATE_SLICE)
         except CompressionError as exc:
             self.nsqd.logger.error(f"[{self.remote_address}] - {exc}")
             self.close()
-            return
-        if plain:
-            self._deliver(plain)
-        if decompressor.pending and not self._closed and self.transport is not None:
-            self.transport.pause_reading()  # finish this input before reading more
-            self.loop.call_soon(self._continue_inflate)
+            return []
+        return self._parse(data)
 
-    def _continue_inflate(self) -> None:
-        if self._closed or self._suspended:
-            return
-        self._inflate(b"")
-        decompressor = self._decompressor
-        still = decompressor is not None and decompressor.pending
-        if not still and not self._closed and not self._suspended and self.transport is not None:
-            self.transport.resume_reading()
-
-    def _process(self, data: bytes) -> None:
+    def _parse(self, data: bytes) -> list[Command]:
         if len(self._magic) < 4:
-            need = 4 - len(self._magic)
-            self._magic += data[:need]
-            data = data[need:]
-            if len(self._magic) < 4:
-                return
-            if self._magic != MAGIC_V2:
-                self.nsqd.logger.error(
-                    f"client({self.remote_address}) bad protocol magic '{self._magic!r}'"
-                )
-                self._write(_BAD_PROTOCOL)
-                self.close()
-                return
-            self.nsqd.logger.info(f"CLIENT({self.remote_address}): desired protocol magic '  V2'")
+            data = self._take_magic(data)
             if not data:
-                return
-        too_long = False
+                return []
         try:
-            commands = self._parser.feed(data)
+            return self._parser.feed(data, TURN_STEP)
         except LineTooLong as exc:  # Go runs the commands before the long line, then fails
-            commands = exc.commands
-            too_long = True
-        self._run_batch(commands)
-        if too_long and not self._closed:
+            self._line_too_long = True
+            return exc.commands
+
+    def _take_magic(self, data: bytes) -> bytes:
+        need = 4 - len(self._magic)
+        self._magic += data[:need]
+        if len(self._magic) < 4:
+            return b""
+        if self._magic != MAGIC_V2:
             self.nsqd.logger.error(
-                f"[{self.remote_address}] - failed to read command - bufio: buffer full"
+                f"client({self.remote_address}) bad protocol magic '{self._magic!r}'"
             )
+            self._write(_BAD_PROTOCOL)
             self.close()
-        elif not self._closed and not self._suspended and self._parser.pending is not None:
-            self._check_pending_header()
+            return b""
+        self.nsqd.logger.info(f"CLIENT({self.remote_address}): desired protocol magic '  V2'")
+        return data[need:]
 
     def _run_batch(self, commands: list[Command]) -> None:
         self._in_batch = True
@@ -236,13 +288,20 @@ class ClientV2(asyncio.Protocol):
             self.flush()
 
     def eof_received(self) -> bool:
-        """The peer finished sending: report a command cut short, as Go does, then close."""
+        """The peer finished sending: once everything it sent has run, report a command cut
+        short, as Go does, then close."""
+        if self._input_waits() or self._input or self._parser.more:
+            self._eof = True
+            return True  # kept open (for writing) until the input has run
+        self._end_of_input()
+        return False
+
+    def _end_of_input(self) -> None:
         truncated = self._parser.truncated() if len(self._magic) == 4 else None
-        if truncated is not None and not self._closed and not self._suspended:
+        if truncated is not None and not self._closed:
             err = self.nsqd.protocol.truncated_error(self, *truncated)
             if err is not None:
                 self.send_error(err)
-        return False
 
     def _exec_all(self, commands: list[Command]) -> None:
         handlers = self.nsqd.protocol.handlers
@@ -279,11 +338,11 @@ class ClientV2(asyncio.Protocol):
         self._response_at = len(self._out)
 
     def _suspend(self, pending: Awaitable[bytes | None], rest: list[Command]) -> None:
-        """Hold the rest of the stream until ``pending`` (an auth query) has answered."""
+        """Hold the rest of the stream until ``pending`` (an auth query, a sliced MPUB) has
+        answered."""
         self._suspended = True
         self._stash = rest
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._update_reading()
         self._task = self.loop.create_task(self._resume_after(pending))
 
     async def _resume_after(self, pending: Awaitable[bytes | None]) -> None:
@@ -302,17 +361,9 @@ class ClientV2(asyncio.Protocol):
             self.send_response(response)
         self._suspended = False
         rest, self._stash = self._stash, []
-        held, self._held = self._held, []
         self._run_batch(rest)
-        while held and not self._closed and not self._suspended:
-            self._process(held.pop(0))
-        if self._suspended:
-            self._held[:0] = held
-            return
-        if self._decompressor is not None and self._decompressor.pending:
-            self._continue_inflate()  # resumes reading once the input is drained
-        elif not self._closed and self.transport is not None:
-            self.transport.resume_reading()
+        if not self._closed and not self._input_waits():
+            self._run_input()
 
     def _check_pending_header(self) -> None:
         """Report errors Go raises before it reads a body, without waiting for the body."""
@@ -323,10 +374,13 @@ class ClientV2(asyncio.Protocol):
             self.send_error(err)
 
     def pause_writing(self) -> None:
-        pass
+        self._output_full = True
+        self._update_reading()
 
     def resume_writing(self) -> None:
-        pass
+        self._output_full = False
+        if not self._closed and not self._input_waits():
+            self._run_input()
 
     # ------------------------------------------------------------------ output
 

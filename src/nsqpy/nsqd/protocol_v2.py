@@ -6,6 +6,7 @@ raises :class:`ProtocolError` with Go's exact code and text. Checks run in Go's 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -34,9 +35,14 @@ from .topic import TopicError
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
     from .nsqd import NSQD
+    from .topic import Topic
 
 #: A handler answers with bytes, nothing, or (AUTH) an awaitable the connection waits for.
 Handler = Callable[["ClientV2", Command], "bytes | Awaitable[bytes | None] | None"]
+
+#: An MPUB of more messages is published a slice per loop turn: one client's huge MPUB of
+#: tiny messages must not stall every other client for the whole of it.
+MPUB_PUBLISH_SLICE = 10_000
 
 _IDENTIFY_INT_FIELDS = (
     "heartbeat_interval",
@@ -299,14 +305,15 @@ class ProtocolV2:
         ):
             self._fin_each(client, ids)
             return None
-        while ids:
-            done = channel.finish_many(client, ids)
-            if done:
-                client.finished_messages(done)
-            if done == len(ids):
+        start, end = 0, len(ids)
+        while start < end:
+            stop = channel.finish_many(client, ids, start)
+            if stop > start:
+                client.finished_messages(stop - start)
+            if stop == end:
                 break
-            self._fin_each(client, ids[done : done + 1])
-            ids = ids[done + 1 :]
+            self._fin_each(client, ids[stop : stop + 1])
+            start = stop + 1
         return None
 
     def _fin_each(self, client: ClientV2, ids: list[bytes]) -> None:
@@ -435,19 +442,46 @@ class ProtocolV2:
             if size <= 0:
                 raise ProtocolError("E_BAD_BODY", f"MPUB invalid body size {size}")
             raise ProtocolError("E_BAD_BODY", f"MPUB body too big {size} > {opts.max_body_size}")
-        assert command.body is not None
-        bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
+        bodies = command.messages
+        if bodies is None:  # the body stopped at a bad count or size: Go's error for it
+            assert command.body is not None
+            bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
+        if len(bodies) > MPUB_PUBLISH_SLICE:
+            # shielded: like Go, a closing client does not stop the publish of a read MPUB
+            return asyncio.shield(self._publish_slices(client, topic, bodies))
+        syncs = self._put_slice(client, topic, bodies, self.nsqd.wall_ns())
+        return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
+
+    def _put_slice(
+        self, client: ClientV2, topic: Topic, bodies: list[bytes], timestamp: int
+    ) -> tuple[asyncio.Task[None], ...]:
+        """Publish ``bodies`` in one batch of disk writes; the syncs the OK waits for."""
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ProtocolError("E_MPUB_FAILED", "MPUB failed draining")
-        msgs = topic.new_messages(bodies)
+        msgs = topic.new_messages(bodies, timestamp)
         syncs = self.writes.running_syncs(topic)
         try:
             with self.writes.batched_writes():
                 topic.put_messages(msgs)
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
-        client.published(topic_name, len(msgs))
-        return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
+        client.published(topic.name, len(msgs))
+        return syncs
+
+    async def _publish_slices(self, client: ClientV2, topic: Topic, bodies: list[bytes]) -> bytes:
+        """A huge MPUB, a slice per loop turn (the client's later commands wait for its OK).
+        Other publishers' messages may land between the slices, as between Go's concurrent
+        puts; a failing slice ends it with Go's error, the slices before it published."""
+        timestamp = self.nsqd.wall_ns()
+        waits = set(self.nsqd.topic_starting(topic))
+        for start in range(0, len(bodies), MPUB_PUBLISH_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            piece = bodies[start : start + MPUB_PUBLISH_SLICE]
+            waits.update(self._put_slice(client, topic, piece, timestamp))
+        if waits:
+            await asyncio.wait(waits)
+        return OK
 
     # ------------------------------------------------------------------ helpers
 

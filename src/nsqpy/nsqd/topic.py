@@ -156,9 +156,10 @@ class Topic:
     def new_message(self, body: bytes) -> Message:
         return Message(self.guid.new_id(), body, self.nsqd.wall_ns())
 
-    def new_messages(self, bodies: list[bytes]) -> list[Message]:
+    def new_messages(self, bodies: list[bytes], timestamp: int | None = None) -> list[Message]:
         """An MPUB's messages: consecutive IDs and one publish timestamp."""
-        timestamp = self.nsqd.wall_ns()
+        if timestamp is None:
+            timestamp = self.nsqd.wall_ns()
         ids = self.guid.new_ids(len(bodies))
         return [Message(msg_id, body, timestamp) for msg_id, body in zip(ids, bodies, strict=True)]
 

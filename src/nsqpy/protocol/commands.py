@@ -39,6 +39,12 @@ FIN_RUN = b" FIN"
 #: no newline, no trailing carriage return): anything else goes through the general parse.
 _FIN_RUN_PATTERN = re.compile(rb"(?:FIN [^ \n]{15}[^ \n\r]\n)+")
 _FIN_LINE = 21
+#: The most IDs one FIN_RUN carries: a longer burst comes out as several runs, so a caller
+#: that bounds its work per call (``feed(limit=...)``) is never handed an unbounded run.
+FIN_RUN_MAX = 1024
+#: The most MPUB messages one ``feed`` call splits: the rest of a huge MPUB of tiny messages
+#: is split by later calls (``more`` is true meanwhile).
+MPUB_SCAN_SLICE = 16384
 
 _UINT64 = 1 << 64
 
@@ -126,7 +132,7 @@ class Command:
     (parameter checks first, then the size).
     """
 
-    __slots__ = ("bad_body_size", "body", "name", "params")
+    __slots__ = ("bad_body_size", "body", "messages", "name", "params")
 
     def __init__(
         self,
@@ -134,11 +140,15 @@ class Command:
         params: list[bytes],
         body: bytes | None = None,
         bad_body_size: int | None = None,
+        messages: list[bytes] | None = None,
     ) -> None:
         self.name = name
         self.params = params
         self.body = body
         self.bad_body_size = bad_body_size
+        #: MPUB: the message bodies, split while the body arrived (None when the body stopped
+        #: at a bad count or size, for the handler to report from ``body``)
+        self.messages = messages
 
     def __repr__(self) -> str:
         body = None if self.body is None else len(self.body)
@@ -157,12 +167,12 @@ class LineTooLong(Exception):
         self.commands: list[Command] = commands or []
 
 
-def _whole_fin_lines(buf: bytearray, pos: int, end: int) -> list[bytes] | None:
-    """The IDs when every whole 21-byte line from ``pos`` on is a ``FIN <id>`` line that
-    :data:`_FIN_RUN_PATTERN` accepts (what follows is less than a line), else None. A burst of
-    FINs, as a consumer flushes them, is checked and split by a few C-level passes instead of
-    the regex and a slice per line."""
-    count = (end - pos) // _FIN_LINE
+def _whole_fin_lines(buf: bytearray, pos: int, end: int, most: int) -> list[bytes] | None:
+    """The IDs when every whole 21-byte line from ``pos`` on (``most`` lines at most) is a
+    ``FIN <id>`` line that :data:`_FIN_RUN_PATTERN` accepts (what follows is less than a line,
+    or more lines), else None. A burst of FINs, as a consumer flushes them, is checked and split
+    by a few C-level passes instead of the regex and a slice per line."""
+    count = min((end - pos) // _FIN_LINE, most)
     if not count:
         return None
     run = bytes(buf[pos : pos + count * _FIN_LINE])
@@ -178,6 +188,18 @@ def _whole_fin_lines(buf: bytearray, pos: int, end: int) -> list[bytes] | None:
     return run[4:-1].split(b"\nFIN ")
 
 
+class _MpubScan:
+    """How far the split of an MPUB body in transit got: the bodies so far, the offset (from
+    the body's start, after its size) of the next message, the messages still to come."""
+
+    __slots__ = ("bodies", "left", "offset")
+
+    def __init__(self, count: int) -> None:
+        self.bodies: list[bytes] = []
+        self.left = count
+        self.offset = 4
+
+
 class CommandParser:
     """Turns a byte stream into :class:`Command` objects.
 
@@ -187,14 +209,20 @@ class CommandParser:
     With ``fin_runs`` consecutive well-formed ``FIN <id>`` lines come out as one command named
     :data:`FIN_RUN` whose params are the IDs in order: a consumer FINs every message, and
     nsqd handles a whole run in one pass (one regex match instead of a split per line).
+
+    ``feed(data, limit)`` parses at most ``limit`` units of work (a command, or one ID of a
+    FIN run) and at most :data:`MPUB_SCAN_SLICE` MPUB messages; ``more`` then tells that the
+    buffer may hold more, for ``feed(b"", limit)`` on a later call. Every byte is looked at
+    once, however the stream is split: an MPUB body in transit is split as it arrives.
     """
 
-    __slots__ = ("_buf", "_fin_runs", "_limits", "_max_msg_size", "_pending")
+    __slots__ = ("_buf", "_fin_runs", "_limits", "_max_msg_size", "_mpub", "_pending", "more")
 
     def __init__(self, max_msg_size: int, max_body_size: int, fin_runs: bool = False) -> None:
         self._fin_runs = fin_runs
         self._buf = bytearray()
         self._pending: tuple[bytes, list[bytes]] | None = None
+        self._mpub: _MpubScan | None = None
         self._max_msg_size = max_msg_size
         self._limits = {
             PUB: max_msg_size,
@@ -203,6 +231,7 @@ class CommandParser:
             IDENTIFY: max_body_size,
             AUTH: max_body_size,
         }
+        self.more = False
 
     def set_limits(self, max_msg_size: int, max_body_size: int) -> None:
         self._max_msg_size = max_msg_size
@@ -224,15 +253,21 @@ class CommandParser:
             return name, params, None
         return name, params, bytes(self._buf[4:])
 
-    def feed(self, data: bytes) -> list[Command]:
+    def feed(self, data: bytes, limit: int = 0) -> list[Command]:
         buf = self._buf
-        buf += data
+        if data:
+            buf += data
         commands: list[Command] = []
         pos = 0
         end = len(buf)
         limits = self._limits
         fin_runs = self._fin_runs
+        budget = limit or end + 1  # every command or FIN ID takes at least one byte
+        self.more = False
         while True:
+            if budget <= 0:
+                self.more = pos < end
+                break
             if self._pending is not None:
                 name, params = self._pending
                 if end - pos < 4:
@@ -244,30 +279,38 @@ class CommandParser:
                     pos = end  # unrecoverable: the caller closes the connection
                     break
                 if name == MPUB:
-                    # Go reads count messages from the stream whatever the declared size
-                    extent = self._mpub_extent(buf, pos + 4, end)
-                    if extent is None:
+                    mpub = self._mpub_command(params, buf, pos, end)
+                    if mpub is None:
                         break
-                    size = extent
+                    command, size = mpub
+                    pos += 4 + size
+                    self._pending = None
+                    commands.append(command)
+                    budget -= 1
+                    continue
                 if end - pos - 4 < size:
                     break
                 body = bytes(buf[pos + 4 : pos + 4 + size])
                 pos += 4 + size
                 self._pending = None
                 commands.append(Command(name, params, body))
+                budget -= 1
                 continue
             if fin_runs and buf.startswith(b"FIN ", pos):
-                ids = _whole_fin_lines(buf, pos, end)
+                most = min(budget, FIN_RUN_MAX)
+                ids = _whole_fin_lines(buf, pos, end, most)
                 if ids is not None:
                     commands.append(Command(FIN_RUN, ids))
                     pos += len(ids) * _FIN_LINE
+                    budget -= len(ids)
                     continue
-                match = _FIN_RUN_PATTERN.match(buf, pos)
+                match = _FIN_RUN_PATTERN.match(buf, pos, pos + most * _FIN_LINE)
                 if match is not None:
                     run = bytes(buf[pos : match.end()])
                     ids = [run[i : i + 16] for i in range(4, len(run), _FIN_LINE)]
                     commands.append(Command(FIN_RUN, ids))
                     pos = match.end()
+                    budget -= len(ids)
                     continue
             # Go's bufio.ReadSlice fails once MAX_LINE_LENGTH bytes hold no newline
             nl = buf.find(b"\n", pos, pos + MAX_LINE_LENGTH)
@@ -284,31 +327,55 @@ class CommandParser:
                 self._pending = (name, parts[1:])
             else:
                 commands.append(Command(name, parts[1:]))
+                budget -= 1
         if pos:
             del buf[:pos]
         return commands
 
-    def _mpub_extent(self, buf: bytearray, start: int, end: int) -> int | None:
-        """Bytes of an MPUB body as Go's streaming read takes them: the count, then that many
-        size-prefixed messages. Stops early at the first bad count or size (the handler then
-        reports it from the partial body); None while more bytes are needed."""
-        if end - start < 4:
-            return None
-        (count,) = _BE32.unpack_from(buf, start)
-        max_messages = (self._limits[MPUB] - 4) // 5
-        if count <= 0 or count > max_messages:
-            return 4
-        pos = start + 4
-        for _ in range(count):
+    def _mpub_command(
+        self, params: list[bytes], buf: bytearray, start: int, end: int
+    ) -> tuple[Command, int] | None:
+        """The MPUB whose body (after its 4-byte size) starts at ``start + 4`` and its size as
+        Go's streaming read takes it: the count, then that many size-prefixed messages, split
+        as they arrive. At the first bad count or size the body stops there and goes whole
+        into the command for the handler to report; None while more bytes are needed."""
+        first = start + 4
+        scan = self._mpub
+        if scan is None:
+            if end - first < 4:
+                return None
+            (count,) = _BE32.unpack_from(buf, first)
+            if count <= 0 or count > (self._limits[MPUB] - 4) // 5:
+                return Command(MPUB, params, bytes(buf[first : first + 4])), 4
+            scan = self._mpub = _MpubScan(count)
+        pos = first + scan.offset
+        left = scan.left
+        append = scan.bodies.append
+        unpack = _BE32.unpack_from
+        max_size = self._max_msg_size
+        stop = max(left - MPUB_SCAN_SLICE, 0)
+        while left > stop:
             if end - pos < 4:
-                return None
-            (size,) = _BE32.unpack_from(buf, pos)
-            if size <= 0 or size > self._max_msg_size:
-                return pos + 4 - start
-            pos += 4 + size
-            if pos > end:
-                return None
-        return pos - start
+                break
+            (size,) = unpack(buf, pos)
+            if size <= 0 or size > max_size:
+                self._mpub = None
+                return Command(MPUB, params, bytes(buf[first : pos + 4])), pos + 4 - first
+            if end - pos - 4 < size:
+                break
+            pos += 4
+            append(bytes(buf[pos : pos + size]))
+            pos += size
+            left -= 1
+        scan.offset = pos - first
+        scan.left = left
+        if left:
+            if left == stop:
+                self.more = True  # the slice is split; the rest of what arrived waits
+            return None
+        self._mpub = None
+        body = bytes(buf[first : first + scan.offset])
+        return Command(MPUB, params, body, None, scan.bodies), scan.offset
 
 
 def parse_mpub_body(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -27,9 +26,11 @@ from ..internal.http_api import (
     v1_json,
     v1_text,
 )
-from ..protocol import ProtocolError, is_valid_topic_name, parse_mpub_body
+from ..protocol import is_valid_topic_name
 from . import beyond_http
 from .errors import BackendWriteError
+from .http_mpub import MpubBodyError, binary_bodies, text_bodies
+from .http_mpub import publish as publish_chunks
 from .http_params import channel_args, existing_topic, first, query
 from .options import Options, max_defer_ms
 from .queue_limits import QueueFullError
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 
 _BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 _OPTION_SPECS = {spec.cfg: spec for spec in specs(Options)}
-_BE32 = struct.Struct(">i")
 
 
 class HTTPServer:
@@ -185,25 +185,18 @@ class HTTPServer:
                     f"deprecated value '{raw_binary}' used for /mpub binary param"
                 )
         body = await self._read_limited(request, opts.max_body_size, "BODY_TOO_BIG")
-        if binary:
-            try:
-                bodies = parse_mpub_body(body, opts.max_msg_size, opts.max_body_size)
-            except ProtocolError as err:
-                raise ApiError(413, err.code[2:]) from None
-        else:
-            bodies = []
-            for line in body.split(b"\n"):
-                if not line:
-                    continue
-                if len(line) > opts.max_msg_size:
-                    raise ApiError(413, "MSG_TOO_BIG")
-                bodies.append(line)
+        try:
+            if binary:
+                chunks = await binary_bodies(body, opts.max_msg_size, opts.max_body_size)
+            else:
+                chunks = await text_bodies(body, opts.max_msg_size)
+        except MpubBodyError as err:
+            raise ApiError(413, err.code) from None
+        del body  # the chunks hold what is published
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ApiError(503, "DRAINING")
-        syncs = self.nsqd.writes.running_syncs(topic)
         try:
-            with self.nsqd.writes.batched_writes():
-                topic.put_messages(topic.new_messages(bodies))
+            syncs = await publish_chunks(self.nsqd, topic, chunks)
         except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
             raise ApiError(503, "QUEUE_FULL") from None
         except (TopicError, BackendWriteError):

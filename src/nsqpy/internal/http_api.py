@@ -118,7 +118,7 @@ async def v1_errors(request: web.Request, handler: Handler) -> web.StreamRespons
     except Exception:
         logger = request.app.get(LOGGER)
         if logger is not None:
-            logger.error(f"HTTP: panic in {request.path}")
+            logger.error(f"HTTP: panic in {request.raw_path}")  # percent-encoded: no raw bytes
         return v1_error(500, "INTERNAL_ERROR")
 
 

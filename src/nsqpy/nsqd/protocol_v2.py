@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from ..protocol import (
 from ..protocol.commands import FIN_RUN, Command
 from .backend_writes import ack_after
 from .channel import ChannelError
-from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, TURN_BUDGET
 from .errors import BackendWriteError, NeedsReauth
 from .options import max_defer_ms
 from .topic import TopicError
@@ -40,9 +41,9 @@ if TYPE_CHECKING:
 #: A handler answers with bytes, nothing, or (AUTH) an awaitable the connection waits for.
 Handler = Callable[["ClientV2", Command], "bytes | Awaitable[bytes | None] | None"]
 
-#: An MPUB of more messages is published a slice per loop turn: one client's huge MPUB of
-#: tiny messages must not stall every other client for the whole of it.
-MPUB_PUBLISH_SLICE = 10_000
+#: An MPUB of more messages is published in slices of this many, a turn's budget of them per
+#: loop turn: one client's huge MPUB of tiny messages must not stall the other clients.
+MPUB_PUBLISH_SLICE = 1000
 
 _IDENTIFY_INT_FIELDS = (
     "heartbeat_interval",
@@ -469,14 +470,17 @@ class ProtocolV2:
         return syncs
 
     async def _publish_slices(self, client: ClientV2, topic: Topic, bodies: list[bytes]) -> bytes:
-        """A huge MPUB, a slice per loop turn (the client's later commands wait for its OK).
-        Other publishers' messages may land between the slices, as between Go's concurrent
-        puts; a failing slice ends it with Go's error, the slices before it published."""
+        """A huge MPUB, a turn's budget of slices per loop turn (the client's later commands
+        wait for its OK). Other publishers' messages may land between the slices, as between
+        Go's concurrent puts; a failing slice ends it with Go's error, the slices before it
+        published."""
         timestamp = self.nsqd.wall_ns()
         waits = set(self.nsqd.topic_starting(topic))
+        deadline = time.perf_counter() + TURN_BUDGET
         for start in range(0, len(bodies), MPUB_PUBLISH_SLICE):
-            if start:
+            if time.perf_counter() >= deadline:
                 await asyncio.sleep(0)
+                deadline = time.perf_counter() + TURN_BUDGET
             piece = bodies[start : start + MPUB_PUBLISH_SLICE]
             waits.update(self._put_slice(client, topic, piece, timestamp))
         if waits:

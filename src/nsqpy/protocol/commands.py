@@ -44,7 +44,7 @@ _FIN_LINE = 21
 FIN_RUN_MAX = 1024
 #: The most MPUB messages one ``feed`` call splits: the rest of a huge MPUB of tiny messages
 #: is split by later calls (``more`` is true meanwhile).
-MPUB_SCAN_SLICE = 16384
+MPUB_SCAN_SLICE = 4096
 
 _UINT64 = 1 << 64
 

@@ -5,9 +5,11 @@ nsqd, ``("topic", T, "")`` and ``("channel", T, C)``. Each maps to the producers
 registered under it, by peer id (the peer's remote address). Keys survive their last producer,
 so topics and channels stay listed until deleted.
 
-Beyond Go's single map we keep two indexes so that the common questions need no full scan:
-category -> key -> subkeys (for ``*`` wildcards) and peer id -> its registrations (for
-disconnects and ``/nodes``). The database is plain data: time is passed in by the caller.
+Beyond Go's single map we keep indexes so that the common questions need no full scan:
+category -> key -> subkeys (for ``*`` wildcards), peer id -> its registrations (for disconnects
+and ``/nodes``) and peer id -> topic -> its channels there (so that a peer's topic UNREGISTER
+costs what that peer registered under the topic, not every channel the topic ever had). Every
+change costs O(1). The database is plain data: time is passed in by the caller.
 """
 
 from __future__ import annotations
@@ -122,13 +124,15 @@ def matches(registration: Registration, category: str, key: str, subkey: str) ->
 
 
 class RegistrationDB:
-    __slots__ = ("_by_category", "_by_peer", "_producers")
+    __slots__ = ("_by_category", "_by_peer", "_peer_channels", "_producers")
 
     def __init__(self) -> None:
         self._producers: dict[Registration, dict[str, Producer]] = {}
         # category -> key -> subkeys; dicts used as insertion-ordered sets
         self._by_category: dict[str, dict[str, dict[str, None]]] = {}
         self._by_peer: dict[str, dict[Registration, None]] = {}
+        # peer id -> topic -> channels the peer produces there
+        self._peer_channels: dict[str, dict[str, dict[str, None]]] = {}
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -152,6 +156,9 @@ class RegistrationDB:
             return False
         producers[peer_id] = producer
         self._by_peer.setdefault(peer_id, {})[registration] = None
+        category, key, subkey = registration
+        if category == "channel":
+            self._peer_channels.setdefault(peer_id, {}).setdefault(key, {})[subkey] = None
         return True
 
     def remove_producer(self, registration: Registration, peer_id: str) -> tuple[bool, int]:
@@ -186,6 +193,18 @@ class RegistrationDB:
             registrations.pop(registration, None)
             if not registrations:
                 del self._by_peer[peer_id]
+        category, key, subkey = registration
+        if category != "channel":
+            return
+        topics = self._peer_channels.get(peer_id)
+        channels = None if topics is None else topics.get(key)
+        if topics is None or channels is None:
+            return
+        channels.pop(subkey, None)
+        if not channels:
+            del topics[key]
+            if not topics:
+                del self._peer_channels[peer_id]
 
     # ------------------------------------------------------------------ queries
 
@@ -217,6 +236,11 @@ class RegistrationDB:
     def producer(self, registration: Registration, peer_id: str) -> Producer | None:
         producers = self._producers.get(registration)
         return None if producers is None else producers.get(peer_id)
+
+    def peer_channels(self, peer_id: str, topic: str) -> list[Registration]:
+        """The channel keys under ``topic`` the peer is a producer of."""
+        channels = self._peer_channels.get(peer_id, {}).get(topic, ())
+        return [("channel", topic, channel) for channel in channels]
 
     def lookup_registrations(self, peer_id: str) -> list[Registration]:
         """Every key the peer is a producer of."""

@@ -5,11 +5,20 @@ One :class:`LookupProtocolV1` per connection turns bytes into requests with the 
 :class:`~nsqpy.protocol.lookup.LookupServerParser`, applies them to the registration database
 and writes unframed ``BE32(len) data`` replies. Every error is fatal: the reply is written, then
 the connection is closed. When the connection ends, the peer stops being a producer anywhere.
+
+Fairness: all connections share one event loop, so no connection may keep it for long. Input is
+parsed :data:`FEED_SIZE` bytes at a time and a loop turn runs a connection's commands for at
+most :data:`TURN_BUDGET` seconds (the clock is read every :data:`CHECK_EVERY` commands). What is
+left waits, with the socket's reading paused, for a later turn (``call_soon``), so the other
+connections' I/O is served in between; replies keep their order. A peer that does not read its
+replies is not read from either: once the transport holds :data:`WRITE_BUFFER_HIGH` unsent
+bytes, commands and reading stop until it has drained.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, cast
 
 from .. import NSQ_VERSION
@@ -40,6 +49,18 @@ if TYPE_CHECKING:
 
 CLIENT_REGISTRATION: Registration = ("client", "", "")
 
+#: Bytes of input handed to the parser at once: a read can be 256 KiB, whose parsing alone
+#: would hold the loop for milliseconds.
+FEED_SIZE = 4096
+#: How long one connection's commands may hold the event loop in one turn, in seconds.
+TURN_BUDGET = 0.002
+#: Commands run between two readings of the clock.
+CHECK_EVERY = 32
+#: Unsent reply bytes at which a connection stops being read (asyncio's default), and the
+#: level it must drain to before reading resumes.
+WRITE_BUFFER_HIGH = 64 * 1024
+WRITE_BUFFER_LOW = 16 * 1024
+
 
 def _topic_and_channel(command: str, params: list[str]) -> tuple[str, str]:
     """Go's ``getTopicChan``: the topic and the (possibly empty) channel, validated."""
@@ -61,7 +82,23 @@ def _printable(raw: bytes) -> str:
 class LookupProtocolV1(asyncio.Protocol):
     """One nsqd connection."""
 
-    __slots__ = ("_addr", "_closing", "_lookupd", "_magic_logged", "_parser", "_peer", "_transport")
+    __slots__ = (
+        "_addr",
+        "_closing",
+        "_eof",
+        "_inbox",
+        "_inbox_pos",
+        "_lookupd",
+        "_magic_logged",
+        "_next_request",
+        "_parser",
+        "_peer",
+        "_reading_paused",
+        "_requests",
+        "_scheduled",
+        "_transport",
+        "_writing_paused",
+    )
 
     def __init__(self, lookupd: NSQLookupd) -> None:
         self._lookupd = lookupd
@@ -71,11 +108,22 @@ class LookupProtocolV1(asyncio.Protocol):
         self._addr = ""
         self._closing = False
         self._magic_logged = False
+        # Input received but not parsed yet, from _inbox_pos on.
+        self._inbox = b""
+        self._inbox_pos = 0
+        # Parsed requests not run yet, from _next_request on.
+        self._requests: list[LookupRequest] = []
+        self._next_request = 0
+        self._eof = False  # the peer has shut down its side; close once the backlog is done
+        self._scheduled = False  # a later turn of _work is queued with call_soon
+        self._reading_paused = False
+        self._writing_paused = False
 
     # ------------------------------------------------------------------ asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        self._transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self._addr = format_address(transport.get_extra_info("peername"))
         self._lookupd.tcp_clients.add(self)
         self._lookupd.logger.info(f"TCP: new client({self._addr})")
@@ -83,23 +131,21 @@ class LookupProtocolV1(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        try:
-            requests = self._parser.feed(data)
-        except BadMagic as exc:
-            self._bad_magic(exc.magic)
-            return
-        if not self._magic_logged and self._parser.magic is not None:
-            self._magic_logged = True
-            magic = _printable(self._parser.magic)
-            self._lookupd.logger.info(f"CLIENT({self._addr}): desired protocol magic '{magic}'")
-        for request in requests:
-            if not self._execute(request):
-                break
+        if self._inbox_pos < len(self._inbox):  # only if bytes come while reading is paused
+            self._inbox = self._inbox[self._inbox_pos :] + data
+        else:
+            self._inbox = data
+        self._inbox_pos = 0
+        if not self._scheduled:
+            self._work()
 
     def eof_received(self) -> bool:
-        request = self._parser.eof()
-        if request is not None and not self._closing:
-            self._execute(request)
+        if self._closing:
+            return False
+        self._eof = True
+        if self._scheduled or self._writing_paused:
+            return True  # half-closed until the backlog is done; _work closes then
+        self._finish_at_eof()
         return False  # close the connection: Go's read loop ends at EOF
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -119,13 +165,103 @@ class LookupProtocolV1(asyncio.Protocol):
                 self._log_db("UNREGISTER", registration)
 
     def pause_writing(self) -> None:
-        # A peer that sends commands without reading the replies: stop reading until it does.
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.pause_reading()
+        # A peer that sends commands without reading the replies: run none of its commands
+        # and read nothing more from it until the replies have drained.
+        self._writing_paused = True
+        self._set_reading(False)
 
     def resume_writing(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+        self._writing_paused = False
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_work)
+
+    # ------------------------------------------------------------------ bounded work per turn
+
+    def _scheduled_work(self) -> None:
+        self._scheduled = False
+        if not self._closing:
+            self._work()
+
+    def _work(self) -> None:
+        """Run what is buffered until it is done, the turn's budget is spent or the peer stops
+        reading; then read again, or continue in a later turn with reading paused."""
+        deadline = time.monotonic() + TURN_BUDGET
+        done = 0
+        while not self._writing_paused:
+            if self._next_request < len(self._requests):
+                request = self._requests[self._next_request]
+                self._next_request += 1
+                if not self._execute(request):
+                    return
+                done += 1
+                if done % CHECK_EVERY == 0 and time.monotonic() >= deadline:
+                    self._continue_later()
+                    return
+            elif self._inbox_pos < len(self._inbox):
+                if not self._parse_next_piece():
+                    return
+            else:
+                self._idle()
+                return
+        self._set_reading(False)  # resume_writing schedules the rest
+
+    def _parse_next_piece(self) -> bool:
+        """Parse the next :data:`FEED_SIZE` bytes of input; False once the connection closes."""
+        start = self._inbox_pos
+        piece = self._inbox[start : start + FEED_SIZE]
+        self._inbox_pos = start + len(piece)
+        try:
+            self._requests = self._parser.feed(piece)
+        except BadMagic as exc:
+            self._bad_magic(exc.magic)
+            return False
+        self._next_request = 0
+        if not self._magic_logged and self._parser.magic is not None:
+            self._magic_logged = True
+            magic = _printable(self._parser.magic)
+            self._lookupd.logger.info(f"CLIENT({self._addr}): desired protocol magic '{magic}'")
+        return True
+
+    def _continue_later(self) -> None:
+        self._set_reading(False)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_work)
+
+    def _idle(self) -> None:
+        """Everything received has been run: read again, or end if the peer has."""
+        self._inbox = b""
+        self._inbox_pos = 0
+        self._requests = []
+        self._next_request = 0
+        if self._eof:
+            self._finish_at_eof()
+            self.close()
+        else:
+            self._set_reading(True)
+
+    def _finish_at_eof(self) -> None:
+        request = self._parser.eof()
+        if request is not None and not self._closing:
+            self._execute(request)
+
+    def _set_reading(self, reading: bool) -> None:
+        transport = self._transport
+        paused = not reading
+        if transport is None or transport.is_closing() or paused == self._reading_paused:
+            return
+        self._reading_paused = paused
+        if reading:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        """The connection's transport (None before it is made): its unsent reply bytes and
+        whether it is being read show how the peer is throttled."""
+        return self._transport
 
     # ------------------------------------------------------------------ plumbing
 
@@ -253,7 +389,7 @@ class LookupProtocolV1(asyncio.Protocol):
             return OK
         # A topic unregistration: nsqd unregisters its channels first, so anything left over
         # here is unexpected, hence the warning.
-        for registration in db.find_registrations("channel", topic, "*"):
+        for registration in db.peer_channels(peer.id, topic):
             removed, _ = db.remove_producer(registration, peer.id)
             if removed:
                 self._lookupd.logger.warn(

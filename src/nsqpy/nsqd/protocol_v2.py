@@ -447,7 +447,8 @@ class ProtocolV2:
         if bodies is None:  # the body stopped at a bad count or size: Go's error for it
             assert command.body is not None
             bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
-        if len(bodies) > MPUB_PUBLISH_SLICE:
+        if len(bodies) > MPUB_PUBLISH_SLICE and not self.nsqd.queue_limits.active:
+            # (under --max-queue-bytes one put admits or refuses the MPUB as a whole)
             # shielded: like Go, a closing client does not stop the publish of a read MPUB
             return asyncio.shield(self._publish_slices(client, topic, bodies))
         syncs = self._put_slice(client, topic, bodies, self.nsqd.wall_ns())

@@ -1,4 +1,4 @@
-"""The sliced ``/mpub`` body parsers (nsqd/http_mpub.py) against the one-piece definitions
+"""The sliced ``/mpub`` body checks (nsqd/http_mpub.py) against the one-piece definitions
 they replace: Go's text mode (split on ``\\n``, empty lines skipped, MSG_TOO_BIG) and the TCP
 MPUB body parser for binary mode, on random bodies that cross every chunk boundary."""
 
@@ -13,18 +13,18 @@ import pytest
 from nsqpy.nsqd.http_mpub import (
     CHUNK_MESSAGES,
     TEXT_STEP,
-    Chunks,
     MpubBodyError,
     binary_bodies,
-    text_bodies,
+    lines_of,
+    text_regions,
 )
 from nsqpy.protocol import ProtocolError, parse_mpub_body
 
 SEEDS = range(40)
 
 
-def flat(chunks: Chunks) -> list[bytes]:
-    assert all(0 < len(chunk) <= CHUNK_MESSAGES for chunk in chunks)
+def flat(chunks: list[list[bytes]]) -> list[bytes]:
+    assert all(len(chunk) <= CHUNK_MESSAGES for chunk in chunks)
     return [body for chunk in chunks for body in chunk]
 
 
@@ -37,9 +37,10 @@ def text_reference(body: bytes, max_msg_size: int) -> list[bytes] | str:
 
 def text_parsed(body: bytes, max_msg_size: int) -> list[bytes] | str:
     try:
-        return flat(asyncio.run(text_bodies(body, max_msg_size)))
+        regions = asyncio.run(text_regions(body, max_msg_size))
     except MpubBodyError as err:
         return err.code
+    return flat([lines_of(region) for region in regions])
 
 
 def random_text(rng: random.Random, max_msg_size: int) -> bytes:
@@ -89,9 +90,11 @@ def binary_reference(body: bytes, max_msg_size: int, max_body_size: int) -> list
 
 def binary_parsed(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes] | str:
     try:
-        return flat(asyncio.run(binary_bodies(body, max_msg_size, max_body_size)))
+        chunks = asyncio.run(binary_bodies(body, max_msg_size, max_body_size))
     except MpubBodyError as err:
         return err.code
+    assert all(chunks)
+    return flat([list(chunk) for chunk in chunks])
 
 
 def random_binary(rng: random.Random, max_msg_size: int) -> bytes:

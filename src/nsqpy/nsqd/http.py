@@ -29,7 +29,7 @@ from ..internal.http_api import (
 from ..protocol import is_valid_topic_name
 from . import beyond_http
 from .errors import BackendWriteError
-from .http_mpub import MpubBodyError, binary_bodies, text_bodies
+from .http_mpub import MpubBodyError, binary_bodies, lines_of, text_regions
 from .http_mpub import publish as publish_chunks
 from .http_params import channel_args, existing_topic, first, query
 from .options import Options, max_defer_ms
@@ -185,18 +185,22 @@ class HTTPServer:
                     f"deprecated value '{raw_binary}' used for /mpub binary param"
                 )
         body = await self._read_limited(request, opts.max_body_size, "BODY_TOO_BIG")
+        # checked whole before anything is published, then published in slices (http_mpub.py)
         try:
             if binary:
                 chunks = await binary_bodies(body, opts.max_msg_size, opts.max_body_size)
             else:
-                chunks = await text_bodies(body, opts.max_msg_size)
+                regions = await text_regions(body, opts.max_msg_size)
         except MpubBodyError as err:
             raise ApiError(413, err.code) from None
         del body  # the chunks hold what is published
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
             raise ApiError(503, "DRAINING")
         try:
-            syncs = await publish_chunks(self.nsqd, topic, chunks)
+            if binary:
+                syncs = await publish_chunks(self.nsqd, topic, chunks, list)
+            else:
+                syncs = await publish_chunks(self.nsqd, topic, regions, lines_of)
         except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
             raise ApiError(503, "QUEUE_FULL") from None
         except (TopicError, BackendWriteError):

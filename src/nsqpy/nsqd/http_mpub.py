@@ -170,6 +170,7 @@ async def publish(
     if nsqd.queue_limits.active:
         return _put_whole(nsqd, topic, [body for chunk in chunks for body in bodies_of(chunk)])
     writes = nsqd.writes
+    timestamp = nsqd.wall_ns()  # one publish time for the whole body, as one put gives
     syncs: dict[asyncio.Task[None], None] = {}
     # A turn's disk writes happen when batched_writes() ends, after its puts: the puts get
     # the share of SLICE_SECONDS they took in the previous turn (to begin with, a quarter:
@@ -180,9 +181,9 @@ async def publish(
         started = time.perf_counter()
         budget = SLICE_SECONDS * put_share
         with writes.batched_writes():
-            topic.put_messages(topic.new_messages(bodies_of(chunks.popleft())))
+            topic.put_messages(topic.new_messages(bodies_of(chunks.popleft()), timestamp))
             while chunks and time.perf_counter() - started < budget:
-                topic.put_messages(topic.new_messages(bodies_of(chunks.popleft())))
+                topic.put_messages(topic.new_messages(bodies_of(chunks.popleft()), timestamp))
             puts = time.perf_counter() - started
         put_share = puts / max(time.perf_counter() - started, 1e-9)
         if chunks:

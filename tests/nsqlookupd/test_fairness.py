@@ -322,6 +322,7 @@ def test_pipelined_commands_are_answered_in_order(lookupd: DaemonProcess, ending
     reader.start()
     lines = [b"REGISTER t c%d\n" % (i % 100) if i % 3 else b"PING\n" for i in range(commands)]
     tail = b"REGISTER\nPING\n" if ending == "error" else b""
+    sock.settimeout(60)
     sock.sendall(b"".join(lines) + tail)
     sock.shutdown(socket.SHUT_WR)
     reader.join(60)
@@ -355,13 +356,13 @@ async def test_peer_not_reading_replies_is_not_read_from() -> None:
         stalled = threading.Event()
 
         def flood() -> None:
-            # Two seconds without lookupd reading anything: far beyond any loop turn.
+            # Two seconds in which lookupd reads nothing at all: far beyond any loop turn.
             sock.settimeout(2.0)
             deadline = time.monotonic() + 20
-            view = memoryview(FLOOD_CHUNK * 16)
+            view = memoryview(FLOOD_CHUNK)
             while time.monotonic() < deadline:
                 try:
-                    sock.sendall(view)
+                    view = view[sock.send(view) :] or memoryview(FLOOD_CHUNK)
                 except TimeoutError:
                     stalled.set()
                     return

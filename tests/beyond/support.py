@@ -23,7 +23,7 @@ def scrape(daemon: DaemonProcess) -> dict[str, tuple[str, dict[Labels, float]]]:
     """``/metrics`` parsed by prometheus_client: family name -> (type, {labels: value})."""
     resp = http_request(daemon, "GET", "/metrics")
     assert resp.status == 200, resp.body
-    assert resp.header("Content-Type") or "".startswith("text/plain; version=0.0.4")
+    assert (resp.header("Content-Type") or "").startswith("text/plain; version=0.0.4")
     out: dict[str, tuple[str, dict[Labels, float]]] = {}
     for family in text_string_to_metric_families(resp.body.decode()):
         samples = {tuple(sorted(s.labels.items())): s.value for s in family.samples}

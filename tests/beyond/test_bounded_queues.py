@@ -124,6 +124,25 @@ def test_refuse_policy_on_tcp_and_http(daemons: list[DaemonProcess], tmp_path: P
     consumer.expect_nothing(0.2, allow_heartbeats=True)
 
 
+def test_an_admitted_mpub_is_stored_on_tcp_and_http(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    nsqd = launch(daemons, tmp_path, "--max-queue-bytes=4000")
+    topic = unique("admitted")
+    create_channel(nsqd, topic)
+    producer = NsqConn(nsqd.tcp_address)
+    producer.mpub(topic, [body(0), body(1), body(2)])
+    http_ok(nsqd, "POST", "/mpub?" + q(topic=topic), body(3) + b"\n" + body(4))
+    stats = chan(nsqd, topic, "c")
+    assert (stats["depth"], stats["queue_bytes"]) == (5, 5 * RECORD)
+    topic_now = topic_stats(nsqd, topic)
+    assert topic_now is not None and topic_now["message_count"] == 5
+    consumer = NsqConn(nsqd.tcp_address)
+    consumer.sub(topic, "c")
+    consumer.rdy(10)
+    assert {m.body for m in receive(consumer, 5)} == {body(i) for i in range(5)}
+
+
 def test_topic_queue_without_channels_is_capped_too(
     daemons: list[DaemonProcess], tmp_path: Path
 ) -> None:

@@ -182,7 +182,6 @@ class Topic:
             return
         if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (queue_limits.py)
             self.nsqd.queue_limits.admit(self, msgs)
-            return
         if self._direct_to_channels():
             self._fan_out(msgs)
         else:

@@ -13,7 +13,6 @@ import socket
 import struct
 import threading
 import time
-import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,7 +22,15 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from ..raw_v2 import NsqConn, command, http_request, identify_cmd, pub_cmd, topic_stats
+from ..raw_v2 import (
+    NsqConn,
+    command,
+    http_request,
+    identify_cmd,
+    pub_cmd,
+    topic_stats,
+    unique,
+)
 from .nsqd_transport_support import proc_status_kib
 
 #: The innocent client's worst round trip the tests accept (seconds). Served fairly it takes a
@@ -32,10 +39,6 @@ from .nsqd_transport_support import proc_status_kib
 ANSWER_BOUND = 0.75
 PROBES = 6
 PROBE_GAP = 0.05
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture

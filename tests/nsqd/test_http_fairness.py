@@ -14,7 +14,6 @@ import socket
 import struct
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from ..raw_v2 import NsqConn, http_request, q, topic_stats
+from ..raw_v2 import NsqConn, http_request, q, topic_stats, unique
 from .nsqd_transport_support import proc_status_kib
 
 #: The innocent client's worst round trip the tests accept (seconds).
@@ -33,10 +32,6 @@ MIB = 1 << 20
 #: nsqd's default --max-body-size: a /mpub body of exactly this many bytes is the largest
 #: Go accepts (its text reader fails only on reading one byte more).
 MAX_BODY_SIZE = 5 * MIB
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 _RECORD_SIZE = struct.Struct(">I")
 
-# faults (issue 14): the client errors a failing backend causes, summarised under one key
+# the client errors a failing backend causes, summarised under one key of the fault log
 _WRITE_FAILURE_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
 _REFUSED_WRITES = "refused-writes"
 
@@ -151,7 +151,7 @@ class BackendWrites:
         pending[1].extend(msgs)
 
     def write_held(self, queue: DiskQueue, msg: Message, context: str) -> Hold | None:
-        """A held channel's write (channel_held.py, issue 22), never batched, as the caller may
+        """A held channel's write (channel_held.py), never batched, as the caller may
         deliver or pump at once: handed out and held when nothing waits before it (the Hold),
         otherwise stored as waiting (None). BackendWriteError as :meth:`write_to_backend`."""
         try:

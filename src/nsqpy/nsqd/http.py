@@ -221,7 +221,7 @@ class HTTPServer:
             self.nsqd, topic_name, channel_name, include_clients
         )
         memory = memory_stats() if include_mem else None
-        # formatting thousands of channels is loop work too: in slices as well (issue 18)
+        # formatting thousands of channels is loop work too: in slices as well
         if not json_format:
             text: list[str] = []
             version = version_line("nsqd")

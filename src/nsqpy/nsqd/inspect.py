@@ -94,7 +94,7 @@ def queued(
 
 
 def peek_channel(channel: Channel, limit: int) -> list[Message]:
-    # a deferred message's record waiting in the queue (channel_held.py, issue 22) is not queued
+    # a deferred message's record waiting in the queue (channel_held.py) is not queued
     skip = channel.skip_ids | channel.early_ids()
     return queued(channel.memory_queue, channel.backend, skip, limit)
 

@@ -74,7 +74,7 @@ _CLIENT_COUNTERS = (
 
 
 def metrics_route(nsqd: NSQD) -> RouteHandler:
-    """``GET /metrics`` that never holds the loop long (issue 18): the figures are read and
+    """``GET /metrics`` that never holds the loop long: the figures are read and
     the text is written in slices of about ``stats.SNAPSHOT_SLICE`` between other work."""
 
     async def handle(request: web.Request) -> web.Response:

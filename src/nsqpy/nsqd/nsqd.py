@@ -65,7 +65,7 @@ class NSQD:
         self.closed_bytes_received = 0  # wire bytes of connections that have gone (/metrics)
         self.closed_bytes_sent = 0
         self.start_time = int(time.time())
-        # faults (issue 14): repeating failures said once then summarised; descriptor reserve
+        # repeating failures (full disk, refused writes, descriptors) are said once, then summarised
         self.fault_log = lg.RepeatSummary(self.logger)
         self.writes = BackendWrites(self)  # overflow writes, fsyncs, health (backend_writes.py)
         self.protocol = ProtocolV2(self)
@@ -162,7 +162,7 @@ class NSQD:
         self.protocol = ProtocolV2(self)  # after _validate, which may force TLS-required
         self.logger.info(version_line("nsqd"))
         self.logger.info(f"ID: {opts.node_id}")
-        log_open_files_limit(self.logger)  # faults (issue 14): as Go's runtime, soft = hard
+        log_open_files_limit(self.logger)  # as Go's runtime: the soft limit raised to the hard
         removed = metadata.remove_stale_temp_files(self.data_path)
         if removed:
             self.logger.info(f"NSQ: removed {len(removed)} stale temporary files")
@@ -179,7 +179,7 @@ class NSQD:
         self.persistence.write_metadata_now()
         self.persistence.restore_deferred()
         self.tcp_listen = format_address(tcp_sock.getsockname())
-        self._admission = Admission(self.logger)  # faults (issue 14): descriptor reserve
+        self._admission = Admission(self.logger)  # keeps a descriptor reserve for HTTP and files
         if tcp_sock.family == socket.AF_UNIX:
             self.tcp_port = -1
             self._tcp_server = await self.loop.create_unix_server(
@@ -239,7 +239,7 @@ class NSQD:
 
     def _new_client(self) -> ClientV2 | RefusedConnection:
         if self._admission is not None and not self._admission.admit():
-            return RefusedConnection()  # faults (issue 14): keep descriptors for HTTP and files
+            return RefusedConnection()  # the reserve's descriptors stay for HTTP and queue files
         self._client_seq += 1
         client = ClientV2(self, self._client_seq)
         self.clients[client.id] = client
@@ -347,7 +347,7 @@ class NSQD:
         channel = Channel(topic, name, self, backend)
         opts = self.options
         if isinstance(backend, DiskQueue) and opts.mem_queue_size == 0 and opts.sync_every == 1:
-            channel.hold_messages(backend)  # issue 22: nothing acknowledged lost to a SIGKILL
+            channel.hold_messages(backend)  # nothing acknowledged is lost to a SIGKILL
         self.dead_letters.apply(channel)
         self.queue_limits.apply(channel)
         self.logger.info(f"TOPIC({topic.name}): new channel({name})")

@@ -115,7 +115,7 @@ class Persistence:
         return None
 
     def _metadata_written(self, done: asyncio.Future[OSError | None]) -> None:
-        """faults (issue 14): a failed write of nsqd.dat is said once and retried with a
+        """A failed write of nsqd.dat is said once and retried with a
         backoff, so a topic or channel created on a full disk is recorded once space is back."""
         fault_log = self.nsqd.fault_log
         error = None if done.cancelled() else done.result()

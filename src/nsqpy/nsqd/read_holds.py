@@ -1,4 +1,4 @@
-"""Records a disk queue has handed out but whose messages are not finished yet (issue 22).
+"""Records a disk queue has handed out but whose messages are not finished yet.
 
 With ``--mem-queue-size=0 --sync-every=1`` a channel's disk queue keeps two read positions: the
 cursor, which runs ahead in memory as records are read (or handed straight to a consumer), and

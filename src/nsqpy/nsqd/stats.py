@@ -207,8 +207,8 @@ async def get_stats_sliced(
     nsqd: NSQD, topic_filter: str, channel_filter: str, include_clients: bool
 ) -> Stats:
     """:func:`get_stats` in slices of at most about ``SNAPSHOT_SLICE`` seconds, yielding to
-    the loop between them: with 1,000 channels a scrape must not hold publishers back (issue
-    18). Figures are read as the walk reaches them, so they are not all of one instant, which
+    the loop between them: with 1,000 channels a scrape must not hold publishers back.
+    Figures are read as the walk reaches them, so they are not all of one instant, which
     a poller comparing successive scrapes never needed (Go's /stats is not atomic either)."""
     result: list[Stats] = []
     await run_sliced(_stats_steps(nsqd, topic_filter, channel_filter, include_clients, result))

@@ -45,8 +45,8 @@ PUMP_YIELD = 3.0
 #: With --mem-queue-size=0, a publish to a topic with up to this many channels writes their
 #: queues before its OK (as many writes and fsyncs to wait for as channels); with more, the
 #: topic's held queue takes it (one write) and the pump copies later (topic_held.py). The
-#: crossover measured in BENCHMARKS.md ("Fifth round"): PUB of 1-3 channels is faster
-#: direct, 5 about even, 7 and more faster through the topic.
+#: crossover, measured with bench_writer: PUB to 1-3 channels is faster direct, to 5 about
+#: even, to 7 and more faster through the topic.
 DIRECT_CHANNELS = 4
 
 

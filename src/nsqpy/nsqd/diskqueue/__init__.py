@@ -53,9 +53,9 @@ Where this module deliberately differs from go-diskqueue (none of it changes the
   writePos to the depth, so depth stays exact after a crash.
 * The tail checks (depth reset, read position past write position) also run at start-up.
 * A reader that has caught up with the writer when the writer rolls to a new file moves on
-  instead of flagging the finished file as corrupt (go-diskqueue issue #42 renames it to .bad).
+  instead of flagging the finished file as corrupt (Go's diskqueue renames it to .bad).
 
-Held reads (issue 22; nsqd turns them on for channels under ``--mem-queue-size=0
+Held reads (nsqd turns them on for channels under ``--mem-queue-size=0
 --sync-every=1``): after ``hold_reads()`` the metadata records a *committed* read position, the
 start of the oldest record handed out by ``get_held``/``put_held`` and not yet ``release``d,
 while an in-memory cursor runs ahead; files are deleted once that position leaves them. So a

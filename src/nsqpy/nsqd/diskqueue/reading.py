@@ -1,4 +1,4 @@
-"""Reading a disk queue: records in order, held reads (issue 22, read_holds.py) and a
+"""Reading a disk queue: records in order, held reads (read_holds.py) and a
 read-only peek."""
 
 from __future__ import annotations

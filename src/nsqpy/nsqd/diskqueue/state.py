@@ -123,7 +123,7 @@ class _QueueState:
         self._meta_lock = threading.Lock()
         self._sync_seq = 0
         self._persisted_seq = 0
-        # issue 22 (hold_reads): records read but not finished; None is Go's behaviour
+        # hold_reads(): records read but not finished; None is Go's behaviour
         self._holds: ReadHolds | None = None
         self._committed_file = 0  # files before this one are wholly finished
         self._skip_plan: SkipPlan | None = None  # records finished before a restart

@@ -24,12 +24,14 @@ from nsqpy.testing import DaemonProcess, start_nsqd
 
 from ..raw_v2 import (
     NsqConn,
+    channel_stats,
     command,
     http_request,
     identify_cmd,
     pub_cmd,
     topic_stats,
     unique,
+    wait_until,
 )
 from .nsqd_transport_support import proc_status_kib
 
@@ -210,10 +212,12 @@ def test_a_max_rate_publisher_gets_every_answer_in_order_and_does_not_stall_othe
     sock.close()
 
 
-def subscribed_connection(nsqd: DaemonProcess) -> socket.socket:
+def subscribed_connection(
+    nsqd: DaemonProcess, topic: str = "", heartbeat_ms: int = 60000
+) -> socket.socket:
     sock = raw_connection(nsqd)
-    sock.sendall(b"  V2" + identify_cmd({"heartbeat_interval": 60000}))
-    sock.sendall(command(f"SUB {unique('fin')} ch"))
+    sock.sendall(b"  V2" + identify_cmd({"heartbeat_interval": heartbeat_ms}))
+    sock.sendall(command(f"SUB {topic or unique('fin')} ch"))
     return sock
 
 
@@ -280,6 +284,37 @@ def test_a_client_that_never_reads_has_its_reading_paused_and_memory_bounded(
     grown_mib = (proc_status_kib(nsqd.pid, "VmRSS") - rss_before) / 1024
     assert attack.sent < total, "nsqd read everything a client that never reads sent"
     assert grown_mib < 24, f"nsqd grew {grown_mib:.0f} MiB for a client that never reads"
+    sock.close()
+
+
+def test_a_client_paused_for_not_reading_is_closed_after_two_heartbeats(
+    nsqd: DaemonProcess,
+) -> None:
+    """Nothing is read from a paused client, so its read deadline passes, as a Go connection
+    blocked on its write deadline is closed."""
+    topic = unique("noread")
+    sock = subscribed_connection(nsqd, topic, heartbeat_ms=1000)
+    sock.setblocking(False)
+    chunk = memoryview(bad_fins(1))
+    deadline = time.monotonic() + 5
+    sent = stalled_since = 0.0
+    while time.monotonic() < deadline:  # until the sends stop being taken for 0.5 s
+        try:
+            sent += sock.send(chunk)
+            stalled_since = 0.0
+        except BlockingIOError:
+            stalled_since = stalled_since or time.monotonic()
+            if time.monotonic() - stalled_since > 0.5:
+                break
+            time.sleep(0.01)
+    assert stalled_since, f"nsqd kept reading a client that never reads ({sent:.0f} bytes)"
+
+    def clients() -> int:
+        stats = channel_stats(nsqd, topic, "ch")
+        return len(stats["clients"]) if stats else -1
+
+    assert clients() == 1
+    wait_until(lambda: clients() == 0, timeout=15, what="the paused client closed")
     sock.close()
 
 

@@ -633,7 +633,11 @@ class ClientV2(asyncio.Protocol):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            if self.transport is not None:
+            if self.transport is None:
+                return
+            if self._output_full:  # a peer that does not read would hold a graceful close open
+                self.transport.abort()
+            else:
                 self.transport.close()
 
     def tls_stats(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from nsqpy.testing import DaemonProcess, start_nsqd
 
 from ..raw_v2 import MAGIC, NsqConn, channel_stats, http_ok, q, wait_for
 
-#: §2.3: the IDENTIFY response of a default nsqd 1.3.0 (master appends two topology keys).
+#: the IDENTIFY response of a default nsqd 1.3.0 (master appends two topology keys).
 DEFAULT_IDENTIFY_JSON = (
     b'{"max_rdy_count":2500,"version":"1.3.0","max_msg_timeout":900000,"msg_timeout":60000,'
     b'"tls_v1":false,"deflate":false,"deflate_level":6,"max_deflate_level":6,"snappy":false,'

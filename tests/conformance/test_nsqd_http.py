@@ -1,4 +1,6 @@
-"""nsqd HTTP API, black box: reference §9.2 scenarios 54-59, 62-71, §3 and §11 quirks 9-15."""
+"""nsqd HTTP API, black box: the scenarios of Go's http_test.go and the API's quirks (e.g.
+``/stats`` for an unknown topic answers ``"topics":null``; ``/info`` durations are integer
+nanoseconds)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""nsqd + nsqlookupd black-box: reference §9.2 scenarios 73 (TestCluster) and 75 (ephemeral
-cleanup, here including the lookupd side), channel pre-creation (§7.1, §2.10), runtime
-``PUT /config/nsqlookupd_tcp_addresses`` and the tombstone-then-delete flow (§4.3).
+"""nsqd + nsqlookupd black-box: Go's TestCluster and its ephemeral clean-up test (here including
+the lookupd side), channel pre-creation (a new topic gets the channels lookupd knows for it),
+runtime ``PUT /config/nsqlookupd_tcp_addresses`` and the tombstone-then-delete flow.
 
 Real ``python -m nsqpy.nsqd`` and ``python -m nsqpy.nsqlookupd`` processes on free loopback
 ports; lookupd is read over raw HTTP with the V1 ``Accept`` header, as Go's tests do. Every wait

@@ -1,4 +1,5 @@
-"""nsqd TCP protocol V2, black box: reference §9.2 scenarios 1-29, 38-47, 51-53 and §11 quirks.
+"""nsqd TCP protocol V2, black box: the scenarios of Go's protocol_v2_test.go and the protocol's
+quirks (only FIN, REQ and TOUCH errors leave the connection open; every other error closes it).
 
 Every test speaks raw bytes to a real nsqd process. Daemons are shared per flag set within the
 module; every test uses its own topic and channel names.
@@ -638,7 +639,7 @@ def test_mpub_invalid_body_size(nsqd: DaemonProcess, size: int) -> None:
 
 
 def test_mpub_reads_count_messages_not_the_declared_size(nsqd: DaemonProcess) -> None:
-    # §2.2: Go reads exactly `count` inner messages and never uses the outer size as a limit
+    # Go reads exactly `count` inner messages and never uses the outer size as a limit
     topic = unique()
     inner = mpub_inner([b"abc", b"defg"])
     with connect(nsqd) as conn:

@@ -1,6 +1,7 @@
-"""nsqlookupd black-box: reference §9.2 scenarios 76-89 (Go: nsqlookupd_test.go, http_test.go,
-lookup_protocol_v1_test.go) plus the protocol and HTTP details of §4, over real sockets against a
-real ``python -m nsqpy.nsqlookupd`` process."""
+"""nsqlookupd black-box: the scenarios of Go's nsqlookupd_test.go, http_test.go and
+lookup_protocol_v1_test.go, plus the details of its TCP protocol (responses carry no frame type,
+unlike nsqd's) and HTTP API, over real sockets against a real ``python -m nsqpy.nsqlookupd``
+process."""
 
 from __future__ import annotations
 

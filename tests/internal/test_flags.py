@@ -1,4 +1,6 @@
-"""Go-style command lines and TOML config resolution (reference §1.1, §1.2)."""
+"""Go-style command lines and TOML config resolution: an explicit flag wins over the config
+file's key, which wins over the default; a config duration may be a string or an integer of
+milliseconds."""
 
 from __future__ import annotations
 

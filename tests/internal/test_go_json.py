@@ -1,4 +1,5 @@
-"""Go encoding/json output (reference §11 item 10) and V1 boolean params."""
+"""Go encoding/json output (compact, struct fields in order, map keys sorted, ``1`` not ``1.0``,
+``<``, ``>`` and ``&`` escaped as ``\u003c`` ...) and V1 boolean params."""
 
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 
 Three parts, none of which uses nsqpy's own codec or disk queue, so a bug there cannot hide:
 
-* the on-disk format written from its description (go-nsq-behaviour.md §6): data files, the
-  per-queue metadata file and ``nsqd.dat``, to build data directories byte by byte and to parse
-  what nsqd wrote;
+* Go's on-disk format, written out here: data files of ``BE32(len)`` + message records (a
+  message is ``BE64(timestamp_ns) BE16(attempts) 16-byte ID body``), the per-queue text metadata
+  file and the JSON ``nsqd.dat``, to build data directories byte by byte and to parse what nsqd
+  wrote;
 * helpers that publish and consume through the suite's raw V2 client (``tests/raw_v2.py``),
   which does not use nsqpy's codec either;
 * helpers to run nsqd processes that are expected to fail, or whose files cannot grow.

@@ -1,5 +1,6 @@
 """A real nsqd on damaged data directories: it starts, serves what is readable, logs what it
-skipped, and keeps accepting messages (go-nsq-behaviour.md §6.1 corruption handling, §6.2).
+skipped, and keeps accepting messages. As go-diskqueue, a read error (a short read, a length
+out of bounds) renames the file to ``.bad`` and reading goes on with the next file.
 
 Every directory is built byte by byte from the format description (nsqd_storage_support), so
 the damage is exactly the one each test names.

@@ -1,5 +1,5 @@
 """nsqd durability against a real nsqd process: crashes, clean restarts, full disks, the data
-directory lock, ephemeral topics (go-nsq-behaviour.md §6, §3.5, §2.10; scenario 74 of §9.2).
+directory lock, ephemeral topics (which, as in Go, keep nothing across a restart).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""nsqd pushes stats to statsd over UDP (go-nsq-behaviour.md §3.6)."""
+"""nsqd pushes stats to statsd over UDP, as Go: ``<prefix><stat>:<value>|c`` (counters, deltas
+since the last push) and ``|g`` (gauges) lines, packed into datagrams of at most
+``--statsd-udp-packet-size`` bytes without splitting a line."""
 
 from __future__ import annotations
 

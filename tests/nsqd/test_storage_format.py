@@ -1,4 +1,5 @@
-"""nsqd's data directory against the format description (go-nsq-behaviour.md §6.1-6.3).
+"""nsqd's data directory against Go's format: go-diskqueue's data and metadata files, nsqd.dat,
+and what a clean shutdown writes (nsqd_storage_support states the format).
 
 Both directions: a directory built byte by byte as Go nsqd writes it opens with every message
 (IDs, timestamps, attempts, bodies, pause state), and the files a real nsqd writes parse back
@@ -146,7 +147,9 @@ def check_nsqd_dat(path: Path, expected: dict[str, tuple[bool, dict[str, bool] |
 
 
 def check_queue_files(directory: Path, queue: str) -> list[Message]:
-    """Every rule of §6.1 for one queue's files; returns its unread messages in order."""
+    """Every rule of go-diskqueue's files for one queue (file names, records within size bounds,
+    files read before the read position deleted, depth as recorded); returns its unread messages
+    in order."""
     meta = read_meta(directory, queue)  # asserts "%d\n%d,%d\n%d,%d\n" exactly
     for num in range(meta.read_num):
         assert not data_file(directory, queue, num).exists(), "consumed files are deleted"
@@ -239,8 +242,9 @@ def test_files_we_write_follow_the_format_description(
 def test_shutdown_writes_memory_then_in_flight_then_deferred_like_go(
     tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:
-    """§6.3: a channel's memory queue, then its in-flight messages, then its deferred ones,
-    with attempts as they stand; a topic's memory queue (deferred messages included)."""
+    """What a clean shutdown writes, in Go's order: a channel's memory queue, then its in-flight
+    messages, then its deferred ones, with attempts as they stand; a topic's memory queue
+    (deferred messages included)."""
     nsqd = launch(daemons, tmp_path)
     http_ok(nsqd, "POST", "/topic/create?topic=t")
     http_ok(nsqd, "POST", "/channel/create?topic=t&channel=c")

@@ -1,5 +1,6 @@
 """The ``nsqlookupd`` command line: Go flag spellings, defaults, --version, --config TOML keys,
-startup failure, signals and rebinding after SIGKILL (reference §4.1, §1.1)."""
+startup failure, signals and rebinding after SIGKILL. As in Go, an explicit flag wins over the
+config file's key, which wins over the default."""
 
 from __future__ import annotations
 

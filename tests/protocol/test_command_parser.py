@@ -1,4 +1,6 @@
-"""The server-side CommandParser (reference §2.1, §2.2)."""
+"""The server-side CommandParser: as Go's nsqd, a command is a ``\n``-terminated line (a
+trailing ``\r`` dropped) split on single spaces, and IDENTIFY, AUTH, PUB, MPUB and DPUB are
+followed by ``BE32(size)`` and a body."""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ def test_leading_space_gives_empty_name() -> None:
 
 
 def test_empty_lines_are_empty_commands() -> None:
-    # §9.2 #12: "\n\n" -> the server answers "E_INVALID invalid command " (empty name)
+    # Go's TestEmptyCommand: "\n\n" -> the server answers "E_INVALID invalid command " (empty name)
     assert shape(parser().feed(b"\n\n")) == [(b"", [], None, None), (b"", [], None, None)]
 
 

@@ -1,4 +1,5 @@
-"""Client command encoders: exact bytes (reference §2.2, §9.2; go-nsq command.go)."""
+"""Client command encoders: the exact bytes go-nsq's command.go writes (a ``\n``-terminated
+line, then ``BE32(size) body`` for commands with a body)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ MSG_ID = b"0123456789abcdef"
 
 
 def test_identify_matches_the_reference_default() -> None:
-    # §9.2: the default IDENTIFY used by the tests is 47 bytes, length 00 00 00 2f
+    # the default IDENTIFY of Go's protocol tests is 47 bytes, length 00 00 00 2f
     data = commands.identify({"client_id": "test", "feature_negotiation": True})
     body = b'{"client_id":"test","feature_negotiation":true}'
     assert len(body) == 47
@@ -67,7 +68,7 @@ def test_mpub_accepts_any_iterable() -> None:
 
 
 def test_mpub_reference_size_limits_example() -> None:
-    # §9.2 #16: 5 x 100-byte messages make a 524-byte body
+    # Go's TestSizeLimits: 5 x 100-byte messages make a 524-byte body
     data = commands.mpub("T", [b"x" * 100] * 5)
     assert data[7:11] == (524).to_bytes(4, "big")
     # #17: 11 x 100 -> 1148

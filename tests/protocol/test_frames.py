@@ -1,4 +1,5 @@
-"""Server frames and the client-side FrameDecoder (reference §2.1, §2.4)."""
+"""Server frames (``BE32(size) BE32(type) data``, the size counting the type's 4 bytes; type 0
+response, 1 error, 2 message) and the client-side FrameDecoder."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_ok_frame_bytes() -> None:
 
 
 def test_heartbeat_frame_bytes() -> None:
-    # reference §2.4, verbatim
+    # the bytes Go's nsqd sends for a heartbeat
     expected = bytes.fromhex("0000000f 00000000 5f 68 65 61 72 74 62 65 61 74 5f")
     assert HEARTBEAT == b"_heartbeat_"
     assert expected == FRAME_HEARTBEAT
@@ -56,9 +57,9 @@ def test_close_wait_frame_bytes() -> None:
 
 
 def test_error_frame_bytes() -> None:
-    # reference §2.1: FRAME(1, "E_BAD_PROTOCOL") = 00 00 00 12 00 00 00 01 + text
+    # Go's answer to a wrong magic: FRAME(1, "E_BAD_PROTOCOL") = 00 00 00 12 00 00 00 01 + text
     assert encode_error(b"E_BAD_PROTOCOL") == bytes.fromhex("00000012 00000001") + b"E_BAD_PROTOCOL"
-    # reference §9.2 #25: E_INVALID invalid command ASDF is announced as 0x22 bytes
+    # Go's protocol test: E_INVALID invalid command ASDF is announced as 0x22 bytes
     frame = encode_error(b"E_INVALID invalid command ASDF")
     assert frame[:8] == bytes.fromhex("00000022 00000001")
 

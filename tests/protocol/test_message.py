@@ -1,4 +1,5 @@
-"""Message encoding shared by the wire and the disk queue (reference §2.1, §6.1)."""
+"""Message encoding shared by the wire and the disk queue: ``BE64(timestamp_ns) BE16(attempts)
+16-byte ASCII ID body``, the same bytes in a message frame and in a disk-queue record."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""parse_mpub_body's exact errors, parse_base10, ProtocolError (reference §2.2, §11)."""
+"""parse_mpub_body's exact errors (Go's text, e.g. ``E_BAD_BODY MPUB invalid message count``),
+parse_base10 (digits only: Go refuses signs), ProtocolError."""
 
 from __future__ import annotations
 
@@ -65,13 +66,13 @@ def test_mpub_missing_first_message_size() -> None:
 
 @pytest.mark.parametrize("size", [0, -1, -(2**31)])
 def test_mpub_invalid_message_size(size: int) -> None:
-    # §9.2 #18: 5 x 100 + one empty -> "invalid message(5) body size 0"
+    # Go's TestSizeLimits: 5 x 100 + one empty -> "invalid message(5) body size 0"
     body = BE32.pack(6) + (BE32.pack(100) + b"x" * 100) * 5 + BE32.pack(size)
     assert mpub_error(body) == f"E_BAD_MESSAGE MPUB invalid message(5) body size {size}"
 
 
 def test_mpub_message_too_big() -> None:
-    # §9.2 #19: 5 x 101 -> "MPUB message too big 101 > 100"
+    # Go's TestSizeLimits: 5 x 101 -> "MPUB message too big 101 > 100"
     body = commands.mpub_body([b"x" * 101] * 5)
     assert mpub_error(body) == "E_BAD_MESSAGE MPUB message too big 101 > 100"
 

@@ -1,4 +1,6 @@
-"""The test suite's one raw NSQ V2 client, raw HTTP client and stats helpers.
+"""The test suite's one raw NSQ V2 client, raw HTTP client and stats helpers, and its shared
+test helpers: fresh names (:func:`unique`) and polling for an event (:func:`wait_for`,
+:func:`wait_until` and their ``_async`` twins for tests that run on an event loop).
 
 Everything here speaks bytes over real sockets to a real nsqd process. It deliberately does not
 use nsqpy's own codec (``nsqpy.protocol``), so a codec bug cannot hide a server bug: frames,
@@ -13,7 +15,9 @@ what ``tests/conformance`` uses). The storage and transport tests just want a we
 
 from __future__ import annotations
 
+import asyncio
 import http.client
+import inspect
 import itertools
 import json
 import socket
@@ -23,9 +27,9 @@ import time
 import urllib.parse
 import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import cramjam
 
@@ -549,6 +553,52 @@ def wait_for(
         time.sleep(0.01)
 
 
-def wait_until(probe: Callable[[], T], timeout: float = 5.0, what: str = "") -> T:
+def wait_until(probe: Callable[[], T | None], timeout: float = 5.0, what: str = "") -> T:
     """Poll ``probe`` until it returns something truthy, and return that."""
-    return wait_for(probe, bool, timeout, what)
+    value = wait_for(probe, bool, timeout, what)
+    assert value is not None  # it is truthy
+    return value
+
+
+@overload
+async def wait_for_async(
+    probe: Callable[[], Awaitable[T]],
+    done: Callable[[T], bool],
+    timeout: float = ...,
+    what: str = ...,
+) -> T: ...
+@overload
+async def wait_for_async(
+    probe: Callable[[], T], done: Callable[[T], bool], timeout: float = ..., what: str = ...
+) -> T: ...
+async def wait_for_async(
+    probe: Callable[[], Any], done: Callable[[Any], bool], timeout: float = 3.0, what: str = ""
+) -> Any:
+    """:func:`wait_for` that sleeps on the event loop, so what runs there can make progress.
+
+    ``probe`` may be a coroutine function (awaited each time) or a plain function (called on
+    the loop: keep it short, e.g. one loopback HTTP request).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if inspect.isawaitable(value):
+            value = await value
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or 'condition'}; last: {value!r}")
+        await asyncio.sleep(0.01)
+
+
+@overload
+async def wait_until_async(
+    probe: Callable[[], Awaitable[T | None]], timeout: float = ..., what: str = ...
+) -> T: ...
+@overload
+async def wait_until_async(
+    probe: Callable[[], T | None], timeout: float = ..., what: str = ...
+) -> T: ...
+async def wait_until_async(probe: Callable[[], Any], timeout: float = 5.0, what: str = "") -> Any:
+    """:func:`wait_until` that sleeps on the event loop (see :func:`wait_for_async`)."""
+    return await wait_for_async(probe, bool, timeout, what)

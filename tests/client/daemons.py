@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -40,16 +39,6 @@ def channel_stats(nsqd: DaemonProcess, topic: str, channel: str) -> dict[str, An
 def in_flight(nsqd: DaemonProcess, topic: str, channel: str) -> int:
     c = channel_stats(nsqd, topic, channel)
     return 0 if c is None else int(c["in_flight_count"])
-
-
-async def eventually(
-    condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def in_thread(func: Callable[..., Any], *args: Any) -> Any:

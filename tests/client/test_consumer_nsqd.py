@@ -13,7 +13,8 @@ import pytest
 from nsqpy.client import Consumer, Message, NoConnectionsError, Producer
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from .daemons import channel_stats, eventually, in_flight, in_thread, stats, tcp
+from ..raw_v2 import wait_until_async
+from .daemons import channel_stats, in_flight, in_thread, stats, tcp
 
 #: every message on disk and fsynced, so a SIGKILL loses nothing that nsqd acknowledged
 DURABLE = ("--mem-queue-size=0", "--sync-every=1")
@@ -123,7 +124,9 @@ async def test_is_starved_signals_when_to_process_a_batch(nsqd: DaemonProcess) -
     )
     await publish_numbered(tcp(nsqd), topic, 0, 46)
     async with consumer:
-        await eventually(lambda: sum(batches) == 46, what="46 messages in batches")
+        await wait_until_async(
+            lambda: sum(batches) == 46, what="46 messages in batches", timeout=10.0
+        )
     # RDY 1 at first (1 of 1 in flight is starved), then RDY 10: 9 >= 85% of 10
     assert batches == [1, 9, 9, 9, 9, 9]
 
@@ -148,7 +151,9 @@ async def test_backoff_slows_and_recovers(nsqd: DaemonProcess) -> None:
         requeue_delay=0,
     )
     async with consumer:
-        await eventually(lambda: consumer.stats().messages_finished == 30, what="30 FINs")
+        await wait_until_async(
+            lambda: consumer.stats().messages_finished == 30, what="30 FINs", timeout=10.0
+        )
         assert not consumer.in_backoff
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
     # failures 1-3 step up (100, 200, 400 ms of RDY 0 each), successes step back down
@@ -181,8 +186,10 @@ async def test_giving_up_after_max_attempts(nsqd: DaemonProcess) -> None:
         max_backoff_duration=0,
     )
     async with consumer:
-        await eventually(lambda: bool(given_up), what="giving up")
-        await eventually(lambda: in_flight(nsqd, topic, "ch") == 0, what="FIN of the poison")
+        await wait_until_async(lambda: bool(given_up), what="giving up", timeout=10.0)
+        await wait_until_async(
+            lambda: in_flight(nsqd, topic, "ch") == 0, what="FIN of the poison", timeout=10.0
+        )
     assert attempts == [1, 2, 3]
     assert [(m.body, m.attempts) for m in given_up] == [(b"poison", 4)]
     c = channel_stats(nsqd, topic, "ch")
@@ -224,14 +231,15 @@ async def test_reconnect_after_sigkill_loses_nothing_acknowledged(
     await consumer.start()
     await consumer.wait_connected(2)
     await publish(200, 200)
-    await eventually(lambda: len(received) >= 100, what="100 messages")
+    await wait_until_async(lambda: len(received) >= 100, what="100 messages", timeout=10.0)
 
     # quiesce, so that no message is on the wire when nsqd dies
     consumer.change_max_in_flight(0)
-    await eventually(lambda: consumer.in_flight == 0, what="nothing in flight")
-    await eventually(
+    await wait_until_async(lambda: consumer.in_flight == 0, what="nothing in flight", timeout=10.0)
+    await wait_until_async(
         lambda: in_flight(a, topic, "ch") == 0 and in_flight(b, topic, "ch") == 0,
         what="nsqd sees nothing in flight",
+        timeout=10.0,
     )
     a_port = a.tcp_port
     a.kill()
@@ -241,8 +249,10 @@ async def test_reconnect_after_sigkill_loses_nothing_acknowledged(
     await in_thread(a.start)
     consumer.change_max_in_flight(4)
     await publish(600, 100)
-    await eventually(lambda: len(consumer.connections) == 2, what="reconnect to the restarted nsqd")
-    await eventually(
+    await wait_until_async(
+        lambda: len(consumer.connections) == 2, what="reconnect to the restarted nsqd", timeout=10.0
+    )
+    await wait_until_async(
         lambda: received >= set(acknowledged), timeout=20, what="every acknowledged message"
     )
     await consumer.close()
@@ -264,7 +274,7 @@ async def test_close_sends_cls_and_drains_in_flight(nsqd: DaemonProcess) -> None
     await publish_numbered(tcp(nsqd), topic, 0, 3)
     consumer = Consumer(topic, "ch", slow, nsqd_tcp_addresses=[tcp(nsqd)], max_in_flight=3)
     await consumer.start()
-    await eventually(lambda: consumer.in_flight == 1, what="first message")
+    await wait_until_async(lambda: consumer.in_flight == 1, what="first message", timeout=10.0)
     closing = asyncio.create_task(consumer.close(timeout=5))
     await asyncio.sleep(0.1)
     assert not closing.done()

@@ -28,7 +28,8 @@ from nsqpy.client.lookup import LookupdPoller, lookup_url, producer_addresses
 from nsqpy.testing import DaemonProcess, start_nsqd, start_nsqlookupd
 
 from ..hosts_namespace import HostsFile
-from .daemons import eventually, tcp
+from ..raw_v2 import wait_until_async
+from .daemons import tcp
 
 BE32 = struct.Struct(">i")
 
@@ -131,7 +132,7 @@ async def test_union_of_all_lookupd_keyed_by_address(
         topic, "ch", collect, lookupd_http_addresses=[l1.http_url, l2.http_url], max_in_flight=2
     )
     async with consumer:
-        await eventually(lambda: len(received) == 2, what="both messages")
+        await wait_until_async(lambda: len(received) == 2, what="both messages", timeout=10.0)
         assert sorted(consumer.connections) == sorted([tcp(a), tcp(b)])
     for reg in regs:
         await reg.close()
@@ -164,17 +165,24 @@ async def test_new_nsqd_found_by_a_later_poll_and_dead_ones_not_retried(
 
     consumer._start_connect = record  # type: ignore[method-assign]
     async with consumer:
-        await eventually(lambda: list(consumer.connections) == [tcp(a)], what="a")
+        await wait_until_async(
+            lambda: list(consumer.connections) == [tcp(a)], what="a", timeout=10.0
+        )
         reg_b = await Registration(lookupd, b).register(topic)
-        await eventually(lambda: tcp(b) in consumer.connections, timeout=2, what="b discovered")
+        await wait_until_async(
+            lambda: tcp(b) in consumer.connections, timeout=2, what="b discovered"
+        )
         # a dies: nsqlookupd drops it with its registration connection
         a.kill()
         await reg_a.close()
-        await eventually(lambda: list(consumer.connections) == [tcp(b)], what="a gone")
+        await wait_until_async(
+            lambda: list(consumer.connections) == [tcp(b)], what="a gone", timeout=10.0
+        )
         rounds = consumer._poller.rounds if consumer._poller else 0
-        await eventually(
+        await wait_until_async(
             lambda: consumer._poller is not None and consumer._poller.rounds >= rounds + 3,
             what="three more polls",
+            timeout=10.0,
         )
         # a reconnect only follows a poll that lists the nsqd again: a is never retried
         assert attempts.count(tcp(a)) == 1
@@ -198,7 +206,7 @@ async def test_poll_interval_and_jitter() -> None:
         rng=Fixed(),
     )
     poller.start()
-    await eventually(lambda: len(seen) >= 4, what="four rounds")
+    await wait_until_async(lambda: len(seen) >= 4, what="four rounds", timeout=10.0)
     await poller.close()
     gaps = [later - earlier for earlier, later in itertools.pairwise(seen)]
     assert all(0.075 <= gap < 0.2 for gap in gaps), gaps  # 50 ms + 50% jitter
@@ -211,9 +219,9 @@ async def test_trigger_polls_at_once() -> None:
         ["127.0.0.1:1"], "t", lambda a: seen.append(loop.time()), interval=60, timeout=0.5
     )
     poller.start()
-    await eventually(lambda: len(seen) == 1, what="first round")
+    await wait_until_async(lambda: len(seen) == 1, what="first round", timeout=10.0)
     poller.trigger()
-    await eventually(lambda: len(seen) == 2, timeout=2, what="triggered round")
+    await wait_until_async(lambda: len(seen) == 2, timeout=2, what="triggered round")
     await poller.close()
 
 
@@ -241,7 +249,7 @@ async def test_nsqd_registering_itself(tmp_path: Path) -> None:
             lookupd_http_addresses=[lookupd.http_url],
         )
         async with consumer:
-            await eventually(lambda: received == [b"x"], what="the message")
+            await wait_until_async(lambda: received == [b"x"], what="the message", timeout=10.0)
     finally:
         nsqd.stop()
         lookupd.stop()

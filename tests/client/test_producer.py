@@ -25,7 +25,8 @@ from nsqpy.client import (
 from nsqpy.protocol.commands import parse_mpub_body
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from .daemons import eventually, stats, tcp
+from ..raw_v2 import wait_until_async
+from .daemons import stats, tcp
 from .fake_nsqd import FakeNsqd, Step, close, error, identify_response, respond, wait_for
 
 
@@ -111,7 +112,7 @@ async def test_refused_publish_reports_nsqds_error_not_the_closed_connection(
             await session.post(f"{nsqd.http_url}/pub?topic=t", data=b"held")
             await session.post(f"{nsqd.http_url}/channel/create?topic=t&channel=c")
         nsqd.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-        await eventually(lambda: "draining" in nsqd.log, what="nsqd draining")
+        await wait_until_async(lambda: "draining" in nsqd.log, what="nsqd draining", timeout=10.0)
         producer = Producer(tcp(nsqd))
         with pytest.raises(NoConnectionsError) as info:
             await producer.publish("t", b"refused")
@@ -204,7 +205,7 @@ async def test_deferred_publish_arrives_after_the_delay(nsqd: DaemonProcess) -> 
         async with Producer(tcp(nsqd)) as producer:
             sent = time.monotonic()
             await producer.deferred_publish("deferred", 0.3, b"later")
-        await eventually(lambda: bool(arrived), what="the deferred message")
+        await wait_until_async(lambda: bool(arrived), what="the deferred message", timeout=10.0)
     assert arrived[0] - sent >= 0.29
 
 
@@ -223,7 +224,7 @@ async def test_http_publish_helpers(nsqd: DaemonProcess) -> None:
         with pytest.raises(ValueError):
             await http_publish(nsqd.http_url, "bad!topic", b"x", session=session)
     async with Consumer("http_t", "ch", collect, nsqd_tcp_addresses=[tcp(nsqd)], max_in_flight=10):
-        await eventually(lambda: len(received) == 6, what="six messages")
+        await wait_until_async(lambda: len(received) == 6, what="six messages", timeout=10.0)
     assert sorted(received) == sorted([b"one", b"two", b"th\nree", b"four", b"five", b"six"])
 
 

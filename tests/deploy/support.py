@@ -13,8 +13,6 @@ from typing import Any
 
 from nsqpy.testing import DaemonProcess
 
-from ..raw_v2 import wait_until
-
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIB = ROOT / "contrib"
 UNITS = CONTRIB / "systemd"
@@ -61,8 +59,3 @@ def post(daemon: DaemonProcess, path: str, body: bytes = b"") -> None:
     request = urllib.request.Request(daemon.http_url + path, data=body, method="POST")
     with urllib.request.urlopen(request, timeout=10) as resp:
         assert resp.status == 200
-
-
-def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll ``check`` until it returns something truthy (the suite's shared poller)."""
-    return wait_until(check, timeout, what)

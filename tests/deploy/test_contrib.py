@@ -26,8 +26,8 @@ from nsqpy.nsqd.options import Options as NsqdOptions
 from nsqpy.nsqlookupd.options import Options as LookupdOptions
 from nsqpy.testing import DaemonProcess
 
-from ..raw_v2 import NsqConn
-from .support import BIN, CONTRIB, EXPECT, UNITS, CommandDaemon, eventually, get, get_json, post
+from ..raw_v2 import NsqConn, wait_until
+from .support import BIN, CONTRIB, EXPECT, UNITS, CommandDaemon, get, get_json, post
 
 OPTIONS = {"nsqd": NsqdOptions, "nsqlookupd": LookupdOptions, "nsqadmin": AdminOptions}
 #: flags that are not configuration: command-line only, deprecated, or for development
@@ -112,8 +112,10 @@ def test_config_examples_run_a_cluster(daemons: list[DaemonProcess], tmp_path: P
     assert info["max_output_buffer_timeout"] == 1_000_000_000
     assert get_json(nsqd, "/stats?format=json")["topics"] == []
     post(nsqd, "/topic/create?topic=from_examples")
-    eventually(
-        lambda: get(lookupd, "/lookup?topic=from_examples")[0] == 200, what="nsqd registered"
+    wait_until(
+        lambda: get(lookupd, "/lookup?topic=from_examples")[0] == 200,
+        what="nsqd registered",
+        timeout=15.0,
     )
     assert get_json(admin, "/api/topics")["topics"] == ["from_examples"]
     for daemon in (lookupd, nsqd, admin):
@@ -214,7 +216,7 @@ def test_systemd_units_run_as_written_and_nsqd_drains_on_stop(
     consumer.sub("units", "work")
     assert nsqd.proc is not None
     nsqd.proc.send_signal(getattr(signal, services["nsqd"]["KillSignal"]))
-    eventually(lambda: get(nsqd, "/ping") == (503, b"DRAINING"), what="draining")
+    wait_until(lambda: get(nsqd, "/ping") == (503, b"DRAINING"), what="draining", timeout=15.0)
     consumer.rdy(2)
     for _ in range(2):
         consumer.fin(consumer.expect_message().id)

@@ -23,8 +23,8 @@ from nsqpy.internal.durations import parse_duration
 from nsqpy.testing import DaemonProcess
 
 from ..hosts_namespace import HostsFile
-from ..raw_v2 import NsqConn
-from .support import BIN, EXPECT, KUBERNETES, CommandDaemon, eventually, get, get_json, post
+from ..raw_v2 import NsqConn, wait_until
+from .support import BIN, EXPECT, KUBERNETES, CommandDaemon, get, get_json, post
 
 #: the Kubernetes release whose schemas the manifests are checked against (any bundled one
 #: from 1.25 on accepts them; the oldest still supported upstream when this was written)
@@ -156,11 +156,15 @@ def test_containers_run_as_written_and_nsqd_drains_in_pre_stop(
         assert get(daemon, "/ping") == (200, b"OK")  # the readiness probe
 
     post(nsqd, "/topic/create?topic=in_cluster")
-    nodes = eventually(lambda: get_json(lookupd, "/nodes")["producers"], what="nsqd registered")
+    nodes = wait_until(
+        lambda: get_json(lookupd, "/nodes")["producers"], what="nsqd registered", timeout=15.0
+    )
     assert [n["broadcast_address"] for n in nodes] == ["nsqd-0.nsqd.default.svc"]
     # nsqadmin reaches nsqd by the name it registered, as it would in the cluster
-    topic = eventually(
-        lambda: get_json(admin, "/api/topics/in_cluster")["nodes"], what="nsqadmin sees nsqd"
+    topic = wait_until(
+        lambda: get_json(admin, "/api/topics/in_cluster")["nodes"],
+        what="nsqadmin sees nsqd",
+        timeout=15.0,
     )
     assert topic[0]["node"] == f"nsqd-0.nsqd.default.svc:{nsqd.http_port}"
 
@@ -171,7 +175,7 @@ def test_containers_run_as_written_and_nsqd_drains_in_pre_stop(
     script = nsqd_box["lifecycle"]["preStop"]["exec"]["command"]
     hook_script = re.sub(r"(kill -\w+) 1\b", rf"\1 {nsqd.pid}", script[-1])
     hook = subprocess.Popen([*script[:-1], hook_script])
-    eventually(lambda: get(nsqd, "/ping") == (503, b"DRAINING"), what="draining")
+    wait_until(lambda: get(nsqd, "/ping") == (503, b"DRAINING"), what="draining", timeout=15.0)
     consumer.rdy(2)
     for _ in range(2):
         consumer.fin(consumer.expect_message().id)

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
-import time
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from nsqpy.testing import DaemonProcess
 
+from ..raw_v2 import wait_for_async
+
 T = TypeVar("T")
-
-_counter = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    """A fresh valid topic or channel name."""
-    return f"{prefix}_{next(_counter)}_{uuid.uuid4().hex[:8]}"
 
 
 def tcp_address(nsqd: DaemonProcess) -> str:
@@ -68,23 +59,6 @@ def only_client(channel: dict[str, Any]) -> dict[str, Any]:
     return client
 
 
-async def eventually(
-    probe: Callable[[], T],
-    done: Callable[[T], bool],
-    timeout: float = 5.0,
-    what: str = "condition",
-) -> T:
-    """Poll ``probe`` (without blocking the event loop for long) until ``done(value)``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last value: {value!r}")
-        await asyncio.sleep(0.01)
-
-
 def subset(expected: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
     """A ``done`` predicate: every key of ``expected`` has that value."""
     return lambda actual: all(actual.get(key) == value for key, value in expected.items())
@@ -108,7 +82,7 @@ async def wait_channel(
     nsqd: DaemonProcess, topic: str, channel: str, timeout: float = 5.0, **expected: Any
 ) -> dict[str, Any]:
     """Wait until the channel's :func:`channel_view` has all the ``expected`` values."""
-    return await eventually(
+    return await wait_for_async(
         lambda: channel_view(nsqd, topic, channel),
         subset(expected),
         timeout,

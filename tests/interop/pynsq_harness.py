@@ -15,7 +15,8 @@ import nsq
 
 from nsqpy.testing import DaemonProcess
 
-from .helpers import eventually, tcp_address
+from ..raw_v2 import wait_for_async
+from .helpers import tcp_address
 
 # pynsq reconnects on close after ``reconnect_interval``; keep that past any test's end.
 NO_RECONNECT = 3600.0
@@ -30,7 +31,9 @@ class PynsqClients:
         """A connected ``nsq.Writer`` (its IDENTIFY answered)."""
         writer = nsq.Writer([tcp_address(nsqd)], reconnect_interval=NO_RECONNECT, **kwargs)
         self.writers.append(writer)
-        await eventually(lambda: dict(writer.conns), bool, what="pynsq Writer to connect")
+        await wait_for_async(
+            lambda: dict(writer.conns), bool, what="pynsq Writer to connect", timeout=5.0
+        )
         return writer
 
     def reader(

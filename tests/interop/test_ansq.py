@@ -12,7 +12,8 @@ from ansq.typedefs import TCPResponse
 
 from nsqpy.testing import DaemonProcess
 
-from .helpers import only_client, tcp_address, topic_stats, unique, wait_channel
+from ..raw_v2 import unique
+from .helpers import only_client, tcp_address, topic_stats, wait_channel
 
 
 def assert_ok(response: TCPResponse) -> None:

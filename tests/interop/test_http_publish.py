@@ -11,15 +11,8 @@ from ansq.http import NSQDHTTPWriter
 
 from nsqpy.testing import DaemonProcess
 
-from .helpers import (
-    ansq_read,
-    http_post,
-    only_client,
-    tcp_address,
-    topic_stats,
-    unique,
-    wait_channel,
-)
+from ..raw_v2 import unique
+from .helpers import ansq_read, http_post, only_client, tcp_address, topic_stats, wait_channel
 from .pynsq_harness import PynsqClients
 
 

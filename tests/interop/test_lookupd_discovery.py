@@ -15,8 +15,9 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqlookupd
 
+from ..raw_v2 import unique, wait_for_async
 from .conftest import NsqdFactory
-from .helpers import ansq_read, eventually, http_post, unique, wait_channel
+from .helpers import ansq_read, http_post, wait_channel
 from .pynsq_harness import PynsqClients
 
 
@@ -55,10 +56,11 @@ async def test_readers_find_every_producer_through_nsqlookupd(
         assert http_post(nsqd, "/mpub", b"\n".join(bodies), topic=topic) == b"OK"
         expected += bodies
 
-    await eventually(
+    await wait_for_async(
         lambda: lookup_tcp_ports(nsqlookupd, topic),
         lambda ports: ports == sorted(d.tcp_port for d in producers),
         what="both nsqd registered with nsqlookupd",
+        timeout=5.0,
     )
 
     pynsq_bodies: list[bytes] = []

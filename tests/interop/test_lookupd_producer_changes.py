@@ -21,8 +21,9 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqlookupd
 
+from ..raw_v2 import unique, wait_for_async
 from .conftest import NsqdFactory
-from .helpers import ansq_read, eventually, http_post, tcp_address, unique
+from .helpers import ansq_read, http_post, tcp_address
 from .pynsq_harness import PynsqClients
 
 
@@ -53,10 +54,11 @@ def lookup_tcp_ports(nsqlookupd: DaemonProcess, topic: str) -> list[int]:
 
 async def wait_producers(nsqlookupd: DaemonProcess, topic: str, *nsqds: DaemonProcess) -> None:
     ports = sorted(nsqd.tcp_port for nsqd in nsqds)
-    await eventually(
+    await wait_for_async(
         lambda: lookup_tcp_ports(nsqlookupd, topic),
         lambda found: found == ports,
         what=f"{topic} producers {ports}",
+        timeout=5.0,
     )
 
 
@@ -125,7 +127,9 @@ async def test_ansq_reader_follows_producers_coming_and_going(
         # an nsqd that goes away is no longer named, and ansq drops its connection
         await asyncio.to_thread(second.stop)
         await wait_producers(nsqlookupd, topic, first)
-        await eventually(lambda: len(reader.connections), lambda n: n == 1, what="one connection")
+        await wait_for_async(
+            lambda: len(reader.connections), lambda n: n == 1, what="one connection", timeout=5.0
+        )
         publish(first, topic, b"meanwhile")
         assert await asyncio.wait_for(ansq_read(reader, 1), 10) == [b"meanwhile"]
 

@@ -11,15 +11,9 @@ from typing import Any
 
 from nsqpy.testing import DaemonProcess
 
+from ..raw_v2 import unique, wait_for_async
 from .conftest import NsqdFactory
-from .helpers import (
-    channel_stats,
-    eventually,
-    only_client,
-    topic_stats,
-    unique,
-    wait_channel,
-)
+from .helpers import channel_stats, only_client, topic_stats, wait_channel
 from .pynsq_harness import PynsqClients, answer
 
 
@@ -182,10 +176,11 @@ async def test_backoff_rdy_zero_holds_back_the_requeued_message(
         nsqd, topic, channel, requeue_count=1, clients_finish_count=1, in_flight_count=0
     )
     # The success ends the backoff: pynsq restores RDY max_in_flight.
-    await eventually(
+    await wait_for_async(
         lambda: only_client(channel_stats(nsqd, topic, channel))["ready_count"],
         lambda ready: ready == 5,
         what="RDY 5 after backoff",
+        timeout=5.0,
     )
 
 

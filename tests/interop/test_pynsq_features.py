@@ -14,9 +14,10 @@ import nsq
 import pytest
 from aiohttp import web
 
+from ..raw_v2 import unique
 from .certs import SelfSigned
 from .conftest import NsqdFactory
-from .helpers import channel_stats, only_client, unique, wait_channel
+from .helpers import channel_stats, only_client, wait_channel
 from .pynsq_harness import PynsqClients, answer
 
 FEATURE_SETS = [("tls",), ("snappy",), ("deflate",), ("tls", "snappy"), ("tls", "deflate")]

@@ -1,5 +1,7 @@
 """nsqd AUTH against a real HTTP auth server started by the test (aiohttp on 127.0.0.1):
-go-nsq-behaviour.md §2.5, the AUTH row of §2.2, §9.2 scenarios 48-50.
+as Go, with ``--auth-http-address`` set, SUB and the PUBs need a successful AUTH first (FIN, REQ,
+TOUCH, RDY, NOP and CLS do not), and nsqd asks the server with ``common_name``, ``remote_ip``,
+``secret`` and ``tls`` as query parameters.
 """
 
 from __future__ import annotations
@@ -7,7 +9,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from ..raw_v2 import (
     mpub_cmd,
     pub_cmd,
     stats,
+    unique,
     wait_until,
 )
 from .nsqd_transport_support import AuthServer, Certs, client_round_trip, client_stats, make_certs
@@ -34,10 +36,6 @@ SECRET = b"testsecret"
 ACCEPT = "application/vnd.nsq; version=1.0"
 EVERYTHING = [{"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}]
 GO_QUERY = "/auth?common_name=&remote_ip=127.0.0.1&secret=testsecret&tls=false"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +103,8 @@ def authed_conn(nsqd: DaemonProcess, secret: bytes = SECRET) -> NsqConn:
 def test_grant_answers_go_json_and_asks_the_exact_query(
     nsqd: DaemonProcess, auth: AuthServer
 ) -> None:
-    """§9.2 49: the AUTH response, then SUB works; the auth server saw Go's exact GET."""
+    """Go's TestClientAuth (allowed): the AUTH response, then SUB works; the auth server saw Go's
+    exact GET."""
     auth.grant(
         [{"topic": "test", "channels": [".*"], "permissions": ["subscribe", "publish"]}], ttl=10
     )
@@ -120,7 +119,7 @@ def test_grant_answers_go_json_and_asks_the_exact_query(
 
 
 def test_no_authorizations_is_unauthorized(nsqd: DaemonProcess, auth: AuthServer) -> None:
-    """§9.2 48."""
+    """Go's TestClientAuth (refused): no authorization, so the AUTH fails."""
     auth.answer = lambda q: (200, {"ttl": 1, "authorizations": []})
     with NsqConn(nsqd.tcp_address) as conn:
         conn.send(auth_cmd(SECRET))
@@ -215,7 +214,7 @@ def test_patterns_search_unanchored_and_subscribe_needs_its_permission(
     ],
 )
 def test_auth_first(nsqd: DaemonProcess, auth: AuthServer, cmd: bytes, name: str) -> None:
-    """§9.2 50: SUB/PUB/MPUB/DPUB before AUTH."""
+    """SUB/PUB/MPUB/DPUB before AUTH: Go answers ``E_AUTH_FIRST AUTH required before <CMD>``."""
     with NsqConn(nsqd.tcp_address) as conn:
         conn.send(command("NOP"))  # NOP (like RDY/FIN/REQ/TOUCH/CLS) does not check auth
         conn.send(cmd)
@@ -368,7 +367,7 @@ def test_secret_that_is_not_utf8(nsqd: DaemonProcess, auth: AuthServer) -> None:
 def test_403_with_https_port_retries_over_https(
     daemons: Daemons, auth: AuthServer, certs: Certs
 ) -> None:
-    """§2.5: a 403 whose JSON has ``https_port`` is retried at https://<same host>:<port>,
+    """As Go: a 403 whose JSON has ``https_port`` is retried at https://<same host>:<port>,
     verified with ``--tls-root-ca-file``."""
     secure = AuthServer(ssl_context=certs.server_context()).start()
     try:
@@ -464,7 +463,7 @@ def test_post_variant(daemons: Daemons, auth: AuthServer) -> None:
 def test_tls_query_carries_the_client_certificate_name(
     daemons: Daemons, auth: AuthServer, certs: Certs
 ) -> None:
-    """§9.2 49 TLS variant: ``tls=true`` and the client certificate's CN."""
+    """Go's TestClientAuth over TLS: ``tls=true`` and the client certificate's CN."""
     nsqd = daemons.get(
         f"--auth-http-address={auth.address}",
         *certs.server_flags(),

@@ -1,5 +1,6 @@
-"""nsqd snappy and deflate streams, alone and inside TLS (go-nsq-behaviour.md §2.3; §9.2
-scenarios 34-37, 52), broken streams and decompression bombs, and the bounded decompression of
+"""nsqd snappy and deflate streams negotiated by IDENTIFY, alone and inside TLS (the stream
+starts right after the IDENTIFY response, as Go's protocol tests exercise), broken streams and
+decompression bombs, and the bounded decompression of
 ``nsqpy.protocol.compression`` that keeps a bomb from inflating in one piece.
 """
 
@@ -10,7 +11,6 @@ import json
 import os
 import resource
 import time
-import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +28,7 @@ from ..raw_v2 import (
     mpub_cmd,
     pub_cmd,
     snappy_encode,
+    unique,
 )
 from .nsqd_transport_support import (
     Certs,
@@ -37,10 +38,6 @@ from .nsqd_transport_support import (
     make_certs,
     proc_status_kib,
 )
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +97,7 @@ def connect(nsqd: DaemonProcess, certs: Certs, tls: bool, snappy: bool, deflate:
         user_agent="transport-test",
     )
     assert (response["tls_v1"], response["snappy"], response["deflate"]) == (tls, snappy, deflate)
-    if snappy:  # §9.2 35: the server's stream starts with the stream identifier chunk
+    if snappy:  # as Go's TestSnappy: the server's stream starts with the stream identifier chunk
         assert conn.snappy_decoder is not None
         assert bytes(conn.snappy_decoder.raw).startswith(SNAPPY_IDENTIFIER)
     return conn
@@ -110,8 +107,9 @@ def connect(nsqd: DaemonProcess, certs: Certs, tls: bool, snappy: bool, deflate:
 def test_every_combination_publishes_and_consumes(
     nsqd: DaemonProcess, certs: Certs, combo: tuple[bool, bool, bool]
 ) -> None:
-    """§9.2 34-37: each upgrade ``OK`` arrives in the new encoding; both compressions at once
-    are refused, in plain text, before any upgrade."""
+    """As Go's TestDeflate, TestSnappy, TestTLSDeflate and TestTLSSnappy: each upgrade ``OK``
+    arrives in the new encoding; both compressions at once are refused, in plain text, before any
+    upgrade."""
     tls, snappy, deflate = combo
     if snappy and deflate:
         with NsqConn(nsqd.tcp_address) as conn:
@@ -138,7 +136,7 @@ def test_every_combination_publishes_and_consumes(
 
         [client] = client_stats(nsqd, topic, channel)
         assert (client["tls"], client["snappy"], client["deflate"]) == combo
-        assert client["user_agent"] == "transport-test"  # §9.2 52
+        assert client["user_agent"] == "transport-test"  # Go's TestClientAttributes
         assert client["finish_count"] == 5
 
 

@@ -1,7 +1,9 @@
 """DiskQueue: go-diskqueue v1.1.0 behaviour and files, on real files in a temporary directory.
 
-The format helpers below are written from the format description (go-nsq-behaviour.md §6.1),
-not from the module under test, so the byte-level tests check one against the other.
+The format helpers below are written from go-diskqueue's format, not from the module under test,
+so the byte-level tests check one against the other: ``<name>.diskqueue.NNNNNN.dat`` files of
+``BE32(len) payload`` records, and a text metadata file ``<name>.diskqueue.meta.dat`` holding
+``depth\nreadFileNum,readPos\nwriteFileNum,writePos\n``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsqpy.nsqd.diskqueue import DiskQueue, DiskQueueError
+
+from ..raw_v2 import wait_until_async
 
 # nsqd's sizes: minMsgSize = 8 + 2 + 16, maxMsgSize = --max-msg-size + 26
 NSQD_MIN = 26
@@ -395,13 +399,6 @@ def test_sync_timeout_needs_activity(tmp_path: Path, log: LogRecorder) -> None:
     queue.close()
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
-
-
 def meta_is(directory: Path, expected: tuple[int, int, int, int, int]) -> Callable[[], bool]:
     def check() -> bool:
         try:
@@ -418,10 +415,10 @@ async def test_sync_after_read_like_go(tmp_path: Path, log: LogRecorder) -> None
     syncer = asyncio.create_task(queue.run_syncer())
     msg = bytes(1000)
     queue.put(msg)
-    await wait_for(meta_is(tmp_path, (1, 0, 0, 0, 1004)))
+    await wait_until_async(meta_is(tmp_path, (1, 0, 0, 0, 1004)), timeout=10.0)
     queue.put(msg)
     assert queue.get() == msg
-    await wait_for(meta_is(tmp_path, (1, 0, 1004, 0, 2008)))
+    await wait_until_async(meta_is(tmp_path, (1, 0, 1004, 0, 2008)), timeout=10.0)
     syncer.cancel()
     queue.close()
 
@@ -429,11 +426,11 @@ async def test_sync_after_read_like_go(tmp_path: Path, log: LogRecorder) -> None
 async def test_rotation_and_read_file_change_start_a_sync(tmp_path: Path, log: LogRecorder) -> None:
     queue = open_queue(tmp_path, log, max_bytes=100, sync_timeout=60.0)
     queue.put_many([b"r" * 40] * 3)  # two files: 88 + 44 bytes
-    await wait_for(meta_is(tmp_path, (3, 0, 0, 1, 44)))
+    await wait_until_async(meta_is(tmp_path, (3, 0, 0, 1, 44)), timeout=10.0)
     assert queue.get() == b"r" * 40
     assert queue.get() == b"r" * 40  # leaves file 0
-    await wait_for(meta_is(tmp_path, (1, 1, 0, 1, 44)))
-    await wait_for(lambda: not data_file(tmp_path, "q", 0).exists())
+    await wait_until_async(meta_is(tmp_path, (1, 1, 0, 1, 44)), timeout=10.0)
+    await wait_until_async(lambda: not data_file(tmp_path, "q", 0).exists(), timeout=10.0)
     queue.close()
 
 
@@ -444,7 +441,7 @@ async def test_syncer_syncs_after_sync_every_operations(tmp_path: Path, log: Log
     await asyncio.sleep(0.05)
     assert not meta_file(tmp_path, "q").exists()
     queue.put(b"s" * 10)
-    await wait_for(meta_is(tmp_path, (10, 0, 0, 0, 140)))
+    await wait_until_async(meta_is(tmp_path, (10, 0, 0, 0, 140)), timeout=10.0)
     syncer.cancel()
     queue.close()
 
@@ -459,7 +456,7 @@ async def test_failed_sync_is_logged_and_retried(tmp_path: Path, log: LogRecorde
     await queue.sync()
     assert any("failed to sync" in line for line in log.at("ERROR"))
     assert not queue.sync_due()  # backing off: the retry waits a little (0.1 s, doubling)
-    await wait_for(queue.sync_due)
+    await wait_until_async(queue.sync_due, timeout=10.0)
     # the finished file is freed although the metadata on disk still names it: a full disk
     # needs that space back to write the metadata at all (start-up skips a missing read file)
     assert not data_file(tmp_path, "q", 0).exists()
@@ -468,7 +465,7 @@ async def test_failed_sync_is_logged_and_retried(tmp_path: Path, log: LogRecorde
     assert sum("failed to sync" in line for line in log.at("ERROR")) == 1
 
     shutil.rmtree(blocker)
-    await wait_for(queue.sync_due)
+    await wait_until_async(queue.sync_due, timeout=10.0)
     await queue.sync()
     assert read_meta(tmp_path, "q") == (1, 1, 0, 1, 44)
     assert not data_file(tmp_path, "q", 0).exists()

@@ -1,6 +1,7 @@
 """nsqd TLS: the IDENTIFY ``tls_v1`` upgrade, the HTTPS listener, client-certificate policies
-and the TLS-required policy (go-nsq-behaviour.md §1.3, §2.3, §2.6, §3.1; §9.2 scenarios 30-33,
-60-61), plus garbage on TLS connections. Certificates are made at test time with ``openssl``.
+and the TLS-required policy (as Go, any command but IDENTIFY on a plain connection fails with
+the fatal ``E_INVALID cannot <CMD> in current state (TLS required)``), plus garbage on TLS
+connections. Certificates are made at test time with ``openssl``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import ssl
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +20,7 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from ..raw_v2 import NsqConn, command, http_request, pub_cmd
+from ..raw_v2 import NsqConn, command, http_request, pub_cmd, unique
 from .nsqd_transport_support import (
     Certs,
     alive,
@@ -32,10 +32,6 @@ from .nsqd_transport_support import (
     producer_stats,
     tls_rejected,
 )
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +94,7 @@ def tls_conn(daemon: DaemonProcess, certs: Certs, cert: str = "", **settings: ob
 
 
 def test_tls_upgrade_then_publish_and_consume(daemons: Daemons, certs: Certs) -> None:
-    """§9.2 30: JSON ``tls_v1:true`` in plain text, the handshake, then ``OK`` over TLS."""
+    """Go's TestTLS: JSON ``tls_v1:true`` in plain text, the handshake, then ``OK`` over TLS."""
     nsqd = daemons.get()
     topic, channel = unique("tls"), "ch"
     with tls_conn(nsqd, certs) as consumer, tls_conn(nsqd, certs) as producer:
@@ -256,7 +252,8 @@ def test_unknown_client_auth_policy_asks_for_no_certificate(daemons: Daemons, ce
 
 
 def test_require_policy_over_tcp(daemons: Daemons, certs: Certs) -> None:
-    """§9.2 32: ``require`` refuses a client without a certificate, accepts any certificate."""
+    """Go's TestTLSAuthRequire: ``require`` refuses a client without a certificate, accepts any
+    certificate."""
     nsqd = daemons.get(*REQUIRE)
     assert tls_rejected(nsqd.tcp_address, certs.client_context())
     assert not tls_rejected(nsqd.tcp_address, certs.client_context("self-signed"))
@@ -267,7 +264,8 @@ def test_require_policy_over_tcp(daemons: Daemons, certs: Certs) -> None:
 
 
 def test_require_policy_over_https(daemons: Daemons, certs: Certs) -> None:
-    """§9.2 60: plain HTTP is refused (the policy forces tls-required); HTTPS needs a cert."""
+    """Go's TestHTTPSRequire: plain HTTP is refused (the policy forces tls-required); HTTPS needs
+    a cert."""
     nsqd = daemons.get(*REQUIRE)
     assert https_rejected(https_address(nsqd), certs.client_context())
     assert not https_rejected(https_address(nsqd), certs.client_context("self-signed"))
@@ -286,7 +284,8 @@ def test_require_policy_over_https(daemons: Daemons, certs: Certs) -> None:
 def test_require_verify_policy_over_tcp(
     daemons: Daemons, certs: Certs, require_verify: tuple[str, ...]
 ) -> None:
-    """§9.2 33: no certificate and a self-signed one are refused; a CA-signed one is accepted."""
+    """Go's TestTLSAuthRequireVerify: no certificate and a self-signed one are refused; a
+    CA-signed one is accepted."""
     nsqd = daemons.get(*require_verify)
     assert tls_rejected(nsqd.tcp_address, certs.client_context())
     assert tls_rejected(nsqd.tcp_address, certs.client_context("self-signed"))
@@ -298,7 +297,7 @@ def test_require_verify_policy_over_tcp(
 def test_require_verify_policy_over_https(
     daemons: Daemons, certs: Certs, require_verify: tuple[str, ...]
 ) -> None:
-    """§9.2 61: HTTPS with an unsigned certificate fails, a signed one works."""
+    """Go's TestHTTPSRequireVerify: HTTPS with an unsigned certificate fails, a signed one works."""
     nsqd = daemons.get(*require_verify)
     assert https_rejected(https_address(nsqd), certs.client_context())
     assert https_rejected(https_address(nsqd), certs.client_context("self-signed"))
@@ -345,7 +344,7 @@ def test_tcp_refusals_say_why_with_a_tls_alert(
 def test_require_verify_with_tcp_https_lets_plain_http_through(
     daemons: Daemons, certs: Certs, require_verify: tuple[str, ...]
 ) -> None:
-    """§9.2 61 (TestTLSRequireVerifyExceptHTTP): plain ``/pub`` works, TCP still needs TLS."""
+    """Go's TestTLSRequireVerifyExceptHTTP: plain ``/pub`` works, TCP still needs TLS."""
     nsqd = daemons.get(*require_verify, *TCP_HTTPS)
     resp = http_request(nsqd.http_address, "POST", f"/pub?topic={unique('except')}", b"m")
     assert (resp.status, resp.body) == (200, b"OK")
@@ -383,7 +382,7 @@ def assert_tls_required_403(nsqd: DaemonProcess, method: str, path: str) -> None
 def test_tls_required_refuses_plain_commands(
     daemons: Daemons, policy: tuple[str, ...], cmd: bytes, name: str
 ) -> None:
-    """§2.6, §9.2 31: every command but IDENTIFY needs TLS first (fatal)."""
+    """Go's TestTLSRequired: every command but IDENTIFY needs TLS first (fatal)."""
     nsqd = daemons.get(*policy)
     with NsqConn(nsqd.tcp_address) as conn:
         conn.send(cmd)
@@ -421,7 +420,7 @@ def test_tls_required_allows_identify_then_needs_the_upgrade(
 def test_tls_required_refuses_plain_http(
     daemons: Daemons, certs: Certs, method: str, path: str
 ) -> None:
-    """§3.1: every plain HTTP request gets the hand-written 403; HTTPS works."""
+    """With TLS required, as Go, every plain HTTP request gets the hand-written 403; HTTPS works."""
     nsqd = daemons.get(*TLS_REQUIRED)
     assert_tls_required_403(nsqd, method, path)
     resp = http_request(https_address(nsqd), "GET", "/ping", tls_context=certs.client_context())
@@ -491,7 +490,8 @@ def test_garbage_after_the_handshake(daemons: Daemons, certs: Certs) -> None:
 
 
 def test_tls_handshake_deadline(daemons: Daemons) -> None:
-    """§1.3: a client that asks for TLS and never shakes hands is dropped after 5 s."""
+    """As Go (a 5 s deadline on the IDENTIFY upgrade's handshake): a client that asks for TLS and
+    never shakes hands is dropped after 5 s."""
     nsqd = daemons.get()
     with NsqConn(nsqd.tcp_address) as conn:
         assert conn.identify_json(tls_v1=True)["tls_v1"] is True

@@ -14,12 +14,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from tests.raw_v2 import unique, wait_for
 
 from nsqpy.testing import DaemonProcess, start_nsqd, start_nsqlookupd
 
@@ -49,17 +50,6 @@ def post(daemon: DaemonProcess, path: str, body: bytes = b"", **params: str) -> 
     url = f"{daemon.http_url}{path}?{urllib.parse.urlencode(params)}"
     with urllib.request.urlopen(urllib.request.Request(url, body, method="POST"), timeout=5) as r:
         assert r.status == 200
-
-
-def eventually(probe: Callable[[], T], done: Callable[[T], bool], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {timeout}s; last: {value!r}")
-        time.sleep(0.02)
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -173,7 +163,7 @@ class Cluster:
     def converge(
         self, timeout: float, what: str, running: list[DaemonProcess] | None = None
     ) -> None:
-        eventually(lambda: self.mismatches(running), lambda problems: not problems, timeout, what)
+        wait_for(lambda: self.mismatches(running), lambda problems: not problems, timeout, what)
 
     # ------------------------------------------------------------------ nsqd state on disk
 
@@ -191,7 +181,7 @@ class Cluster:
             except (OSError, ValueError):
                 return {}
 
-        eventually(persisted, lambda found: found == topics, 3.0, "metadata persisted")
+        wait_for(persisted, lambda found: found == topics, 3.0, "metadata persisted")
 
 
 @pytest.fixture(scope="module")
@@ -200,13 +190,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     yield running
     crashed = running.stop()
     assert not crashed, "a daemon died:\n" + "\n\n".join(crashed)
-
-
-_names = iter(range(1000))
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{next(_names)}_{time.monotonic_ns() % 10**8}"
 
 
 # --------------------------------------------------------------------------- tests

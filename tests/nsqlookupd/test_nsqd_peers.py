@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.raw_v2 import wait_until_async
 
 from nsqpy.internal import lg
 from nsqpy.nsqd.lookup import LookupPeers, nsqd_identity
@@ -62,15 +63,6 @@ async def get_json(proc: DaemonProcess, path: str) -> Any:
 async def post(proc: DaemonProcess, path: str) -> None:
     async with aiohttp.ClientSession() as session, session.post(f"{proc.http_url}{path}") as resp:
         assert resp.status == 200, await resp.text()
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.02)
 
 
 async def debug_keys(proc: DaemonProcess) -> set[str]:
@@ -131,7 +123,7 @@ async def test_identify_then_register_everything(lookupd: DaemonProcess) -> None
     )
     await peers.start()
     try:
-        await wait_for(
+        await wait_until_async(
             registered(lookupd, "topic:t1:", "topic:t2:", "channel:t2:a", "channel:t2:b")
         )
         [node] = (await get_json(lookupd, "/nodes"))["producers"]
@@ -150,30 +142,30 @@ async def test_identify_then_register_everything(lookupd: DaemonProcess) -> None
     finally:
         await peers.stop()
     # closing the connection makes lookupd forget this nsqd
-    await wait_for(unregistered(lookupd, "client::", "topic:t1:"))
+    await wait_until_async(unregistered(lookupd, "client::", "topic:t1:"))
 
 
 async def test_notifications_register_and_unregister(lookupd: DaemonProcess) -> None:
     peers = make_peers([tcp_addr(lookupd)], Registrations(), Logs())
     await peers.start()
     try:
-        await wait_for(registered(lookupd, "client::"))
+        await wait_until_async(registered(lookupd, "client::"))
         peers.notify("t3", None, register=True)
-        await wait_for(registered(lookupd, "topic:t3:"))
+        await wait_until_async(registered(lookupd, "topic:t3:"))
         peers.notify("t3", "c", register=True)
         peers.notify("t3", "d#ephemeral", register=True)
-        await wait_for(registered(lookupd, "channel:t3:c", "channel:t3:d#ephemeral"))
+        await wait_until_async(registered(lookupd, "channel:t3:c", "channel:t3:d#ephemeral"))
         lookup = await get_json(lookupd, "/lookup?topic=t3")
         assert sorted(lookup["channels"]) == ["c", "d#ephemeral"]
         assert len(lookup["producers"]) == 1
 
         peers.notify("t3", "c", register=False)
         peers.notify("t3", "d#ephemeral", register=False)
-        await wait_for(unregistered(lookupd, "channel:t3:c", "channel:t3:d#ephemeral"))
+        await wait_until_async(unregistered(lookupd, "channel:t3:c", "channel:t3:d#ephemeral"))
         # the ephemeral channel's key is gone, the normal one stays listed
         assert (await get_json(lookupd, "/channels?topic=t3"))["channels"] == ["c"]
         peers.notify("t3", None, register=False)
-        await wait_for(unregistered(lookupd, "topic:t3:"))
+        await wait_until_async(unregistered(lookupd, "topic:t3:"))
         assert (await get_json(lookupd, "/lookup?topic=t3"))["producers"] == []
         assert peers.peers[0].connected
     finally:
@@ -189,7 +181,7 @@ async def test_pings_keep_the_producer_active() -> None:
     try:
         await pinging.start()
         await silent.start()
-        await wait_for(registered(proc, "topic:pinged:", "topic:silent:"))
+        await wait_until_async(registered(proc, "topic:pinged:", "topic:silent:"))
         await asyncio.sleep(0.8)
         nodes = (await get_json(proc, "/nodes"))["producers"]
         assert [node["topics"] for node in nodes] == [["pinged"]]
@@ -208,10 +200,10 @@ async def test_reregisters_after_lookupd_restart(lookupd: DaemonProcess, kill: b
     peers = make_peers([tcp_addr(lookupd)], registrations, logs)
     await peers.start()
     try:
-        await wait_for(registered(lookupd, "topic:rt:", "channel:rt:ch"))
+        await wait_until_async(registered(lookupd, "topic:rt:", "channel:rt:ch"))
         registrations.items.append(("rt2", None))  # nsqd changes while lookupd is away
         await restart_on_same_ports(lookupd, kill=kill)
-        await wait_for(registered(lookupd, "topic:rt:", "channel:rt:ch", "topic:rt2:"))
+        await wait_until_async(registered(lookupd, "topic:rt:", "channel:rt:ch", "topic:rt2:"))
         assert peers.peers[0].connected
         assert any("PING" in line for line in logs.at(lg.ERROR))
     finally:
@@ -234,7 +226,7 @@ async def test_lookupd_down_at_start_then_up(lookupd: DaemonProcess) -> None:
         lookupd.args = [*lookupd.args, f"--tcp-address=127.0.0.1:{tcp}"]
         lookupd.args.append(f"--http-address=127.0.0.1:{http}")
         await asyncio.to_thread(lookupd.start)
-        await wait_for(registered(lookupd, "topic:late:"))
+        await wait_until_async(registered(lookupd, "topic:late:"))
         assert peers.lookupd_http_addresses() == [http_addr(lookupd)]
     finally:
         await peers.stop()
@@ -247,19 +239,19 @@ async def test_set_addresses_adds_and_removes_peers(
     peers = make_peers([tcp_addr(lookupd)], Registrations(("moved", None)), logs)
     await peers.start()
     try:
-        await wait_for(registered(lookupd, "topic:moved:"))
+        await wait_until_async(registered(lookupd, "topic:moved:"))
         peers.set_addresses([tcp_addr(lookupd), tcp_addr(lookupd2)])
-        await wait_for(registered(lookupd2, "topic:moved:"))
+        await wait_until_async(registered(lookupd2, "topic:moved:"))
         assert sorted(peers.lookupd_http_addresses()) == sorted(
             [http_addr(lookupd), http_addr(lookupd2)]
         )
         peers.set_addresses([tcp_addr(lookupd2)])
-        await wait_for(unregistered(lookupd, "topic:moved:", "client::"))
+        await wait_until_async(unregistered(lookupd, "topic:moved:", "client::"))
         assert [p.addr for p in peers.peers] == [tcp_addr(lookupd2)]
         assert peers.lookupd_http_addresses() == [http_addr(lookupd2)]
         assert f"LOOKUP({tcp_addr(lookupd)}): removing peer" in logs.at(lg.INFO)
         peers.notify("moved", "ch", register=True)
-        await wait_for(registered(lookupd2, "channel:moved:ch"))
+        await wait_until_async(registered(lookupd2, "channel:moved:ch"))
         assert "channel:moved:ch" not in await debug_keys(lookupd)
     finally:
         await peers.stop()
@@ -282,8 +274,8 @@ async def test_fetch_channels_is_a_sorted_union(
     assert any("no available nsqlookupd" in line for line in logs.at(lg.ERROR))
     await peers.start()
     try:
-        await wait_for(registered(lookupd, "client::"))
-        await wait_for(registered(lookupd2, "client::"))
+        await wait_until_async(registered(lookupd, "client::"))
+        await wait_until_async(registered(lookupd2, "client::"))
         assert await peers.fetch_channels("ft") == ["w", "x", "y#ephemeral"]
         assert await peers.fetch_channels("unknown") == []
         assert logs.at(lg.WARN) == []
@@ -377,7 +369,7 @@ async def test_wire_bytes_of_a_connect() -> None:
         async def got_all() -> bool:
             return bytes(listener.received).endswith(b"REGISTER b c\n")
 
-        await wait_for(got_all)
+        await wait_until_async(got_all)
         body = (
             b'{"broadcast_address":"b1","hostname":"h1","http_port":4151,"tcp_port":4150,'
             b'"version":"1.3.0"}'
@@ -402,7 +394,7 @@ async def test_identify_refused_closes_and_retries() -> None:
         async def retried() -> bool:
             return listener.connections >= 2
 
-        await wait_for(retried)
+        await wait_until_async(retried)
         assert b"REGISTER" not in listener.received
         assert f"LOOKUPD({addr}): lookupd returned E_INVALID" in logs.at(lg.INFO)
         assert peers.lookupd_http_addresses() == []
@@ -445,7 +437,7 @@ async def test_dropped_connection_reconnects_with_backoff_not_at_the_next_ping(
     peers = make_peers([tcp_addr(lookupd)], Registrations(("drop", "ch")), logs, ping_interval=60)
     await peers.start()
     try:
-        await wait_for(registered(lookupd, "topic:drop:", "channel:drop:ch"))
+        await wait_until_async(registered(lookupd, "topic:drop:", "channel:drop:ch"))
         tcp, http = lookupd.tcp_port, lookupd.http_port
         await asyncio.to_thread(lookupd.kill)
 
@@ -455,14 +447,14 @@ async def test_dropped_connection_reconnects_with_backoff_not_at_the_next_ping(
         async def three_refused() -> bool:
             return len(retries()) >= 3
 
-        await wait_for(three_refused)  # about 0.1 + 0.2 + 0.4 s after the drop
+        await wait_until_async(three_refused)  # about 0.1 + 0.2 + 0.4 s after the drop
         delays = [float(line.rsplit("retrying in ", 1)[1].rstrip("s")) for line in retries()]
         assert delays[:3] == [0.2, 0.4, 0.8], delays
         assert f"LOOKUPD({tcp_addr(lookupd)}): connection lost - EOF" in logs.at(lg.ERROR)
 
         lookupd.args += [f"--tcp-address=127.0.0.1:{tcp}", f"--http-address=127.0.0.1:{http}"]
         await asyncio.to_thread(lookupd.start)
-        await wait_for(registered(lookupd, "topic:drop:", "channel:drop:ch"), timeout=5.0)
+        await wait_until_async(registered(lookupd, "topic:drop:", "channel:drop:ch"), timeout=5.0)
         assert peers.peers[0].connected
         assert not any("PING" in line for line in logs.at(lg.ERROR))
     finally:

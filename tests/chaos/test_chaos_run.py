@@ -12,6 +12,8 @@ from nsqpy.chaos.faults import FAULT_CLASSES
 from nsqpy.chaos.netns import list_netns, mounts_under
 from nsqpy.chaos.runner import Run, RunOptions
 
+pytestmark = [pytest.mark.chaos, pytest.mark.root, pytest.mark.slow]
+
 #: seed 7's first six faults (one of each class) end 54 s in, with msg_timeout 3 s
 SEED, DURATION, MSG_TIMEOUT = 7, 60.0, 3.0
 

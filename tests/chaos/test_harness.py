@@ -99,6 +99,8 @@ def test_bad_run_arguments_are_refused_before_anything_starts(args, capsys):
     assert args[0] in capsys.readouterr().err
 
 
+@pytest.mark.chaos
+@pytest.mark.root
 def test_cleanup_removes_a_crashed_runs_namespaces_and_processes():
     prefix = f"{NAME_PREFIX}test{time.monotonic_ns() % 100000}-"
     netns = f"{prefix}nsqd1"

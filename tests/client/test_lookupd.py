@@ -269,6 +269,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.root
 def test_poller_resolves_the_lookupd_name_on_every_poll(tmp_path: Path) -> None:
     """nsqio/nsq#1233: when a lookupd name starts resolving elsewhere, the next poll asks the
     new address, even while the old lookupd still answers (no kept-alive connection, no DNS

@@ -145,6 +145,7 @@ def installed_here(daemon: str, text: str) -> str:
     return text.replace(f"/usr/local/bin/{daemon}", str(BIN / daemon))
 
 
+@pytest.mark.systemd
 @pytest.mark.parametrize("daemon", sorted(OPTIONS))
 def test_systemd_unit_passes_systemd_analyze_verify(daemon: str, tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")

@@ -118,6 +118,7 @@ def as_written(box: dict[str, Any], pod: str, listen: dict[str, str], **extra: s
     return argv
 
 
+@pytest.mark.root
 def test_containers_run_as_written_and_nsqd_drains_in_pre_stop(
     daemons: list[DaemonProcess], tmp_path: Path
 ) -> None:

@@ -14,10 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nsqpy.testing import DaemonProcess, start_nsqlookupd
 
 from ..hosts_namespace import HostsFile, NamespacedDaemon
 from ..raw_v2 import http_ok, q, unique, wait_until
+
+pytestmark = pytest.mark.root
 
 NAME = "lookupd.nsqpy.test"
 

@@ -28,12 +28,6 @@ from .helpers import NSQCluster
 SPARK_DIR = Path(__file__).parent
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "spark: needs pyspark and Java (part of `make test`; -m 'not spark' skips)"
-    )
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SPARK_DIR in Path(str(item.fspath)).parents:

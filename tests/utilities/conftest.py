@@ -8,13 +8,11 @@ nsqlookupd processes started with :mod:`nsqpy.testing` on free ports.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,6 +23,8 @@ from typing import Any
 import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd, start_nsqlookupd
+
+from ..raw_v2 import wait_until
 
 #: Go's standard ``log`` line: ``2026/11/25 10:00:00 text``
 GO_LOG_LINE = re.compile(rb"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (.*)$")
@@ -119,14 +119,6 @@ def tool() -> Iterator[Callable[..., ToolProcess]]:
     yield start
     for process in started:
         process.kill()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def fatal_line(stderr: bytes) -> bytes:
@@ -236,18 +228,6 @@ def lookup_producers(lookupd: DaemonProcess, topic: str) -> int:
             return len(json.loads(resp.read()).get("producers") or ())
     except urllib.error.HTTPError:
         return 0
-
-
-@pytest.fixture
-def unique() -> Callable[[str], str]:
-    """Names no other test in the module uses (the daemons are shared per module)."""
-    counter = iter(range(1_000_000))
-    pid = os.getpid()
-
-    def name(prefix: str) -> str:
-        return f"{prefix}_{pid}_{time.monotonic_ns() % 10**9}_{next(counter)}"
-
-    return name
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:

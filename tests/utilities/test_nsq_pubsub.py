@@ -22,6 +22,8 @@ import sseclient
 from nsqpy.client import Producer
 from nsqpy.testing import DaemonProcess, start_nsqd, start_nsqlookupd
 
+from ..raw_v2 import wait_until_async
+
 TOPIC = "pubsub_topic"
 
 
@@ -91,14 +93,6 @@ def drained(nsqd: DaemonProcess, channel: str) -> bool:
     return stats.get("depth") == 0 and stats.get("in_flight_count") == 0
 
 
-async def eventually(condition: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(condition):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 @pytest.fixture
 def nsqd(tmp_path: Path) -> Iterator[DaemonProcess]:
     with start_nsqd(tmp_path, "--max-msg-size=2097152") as daemon:
@@ -141,7 +135,7 @@ async def test_streams_published_messages_with_heartbeats(
     assert sorted(got) == sorted(bodies)
     assert all(abs(beat - time.time()) < 60 for beat in heartbeats)
     # everything written was FINished: nothing left in flight or queued
-    await eventually(lambda: drained(nsqd, "web"), "all messages finished")
+    await wait_until_async(lambda: drained(nsqd, "web"), timeout=30.0, what="all messages finished")
 
 
 async def test_pub_ping_and_stats(nsqd: DaemonProcess, pubsub: PubSub) -> None:
@@ -219,7 +213,11 @@ async def test_two_subscribers_share_a_channel(nsqd: DaemonProcess, pubsub: PubS
         session.get(url) as first,
         session.get(url) as second,
     ):
-        await eventually(lambda: pubsub.log.count("connected and subscribed") >= 2, "subscribed")
+        await wait_until_async(
+            lambda: pubsub.log.count("connected and subscribed") >= 2,
+            timeout=30.0,
+            what="subscribed",
+        )
         async with Producer(tcp(nsqd)) as producer:
             await producer.multi_publish(TOPIC, bodies)
         per_client = [0, 0]
@@ -255,12 +253,13 @@ async def stalled_subscriber(
     query = f"topic={TOPIC}&channel={channel}&max_in_flight={count}"
     stalled.sendall(f"GET /sub?{query} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     assert stalled.recv(12) == b"HTTP/1.1 200"
-    await eventually(
+    await wait_until_async(
         lambda: (
             channel_stats(nsqd, TOPIC, channel).get("depth") == 0
             and channel_stats(nsqd, TOPIC, channel).get("in_flight_count", 0) >= count // 2
         ),
-        "messages stuck in flight",
+        timeout=30.0,
+        what="messages stuck in flight",
     )
     return bodies, stalled
 
@@ -273,8 +272,10 @@ async def test_messages_of_a_departed_subscriber_go_to_another(
     count = 40
     bodies, stalled = await stalled_subscriber(nsqd, pubsub, "ch", count)
     stalled.close()
-    await eventually(
-        lambda: channel_stats(nsqd, TOPIC, "ch").get("in_flight_count") == 0, "answered"
+    await wait_until_async(
+        lambda: channel_stats(nsqd, TOPIC, "ch").get("in_flight_count") == 0,
+        timeout=30.0,
+        what="answered",
     )
     stats = channel_stats(nsqd, TOPIC, "ch")
     requeued = stats["depth"]  # back in the queue; the rest was written to the stalled client
@@ -292,7 +293,7 @@ async def test_messages_of_a_departed_subscriber_go_to_another(
                 got.append(line[:-1])
     assert len(set(got)) == requeued
     assert set(got) <= set(bodies)
-    await eventually(lambda: drained(nsqd, "ch"), "all finished")
+    await wait_until_async(lambda: drained(nsqd, "ch"), timeout=30.0, what="all finished")
 
 
 async def test_lookupd_discovery_for_sub_and_pub(tmp_path: Path) -> None:
@@ -308,14 +309,15 @@ async def test_lookupd_discovery_for_sub_and_pub(tmp_path: Path) -> None:
         try:
             async with aiohttp.ClientSession() as session:
                 # nsqlookupd knows the nsqd (from /nodes) before it knows any topic
-                await eventually(
+                await wait_until_async(
                     lambda: (
                         b"producers"
                         in urllib.request.urlopen(f"http://{lookupd_http}/nodes", timeout=5).read()
                         and b'"tcp_port"'
                         in urllib.request.urlopen(f"http://{lookupd_http}/nodes", timeout=5).read()
                     ),
-                    "nsqd registered",
+                    timeout=30.0,
+                    what="nsqd registered",
                 )
                 async with session.post(f"{tool.base}/pub?topic={TOPIC}", data=b"found") as r:
                     assert (r.status, await r.text()) == (200, "OK")

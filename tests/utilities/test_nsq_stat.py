@@ -8,6 +8,7 @@ from collections.abc import Callable
 from nsqpy.apps.nsq_stat import report_line
 from nsqpy.testing import DaemonProcess
 
+from ..raw_v2 import unique, wait_until
 from .conftest import (
     ToolProcess,
     fatal_line,
@@ -17,7 +18,6 @@ from .conftest import (
     publish,
     run_tool,
     run_tool_fatal,
-    wait_until,
 )
 
 # Go's apps/nsq_stat format strings, verbatim
@@ -49,9 +49,7 @@ def _idle_channel(nsqd: DaemonProcess, topic: str, channel: str, messages: int) 
     publish(nsqd, topic, *[b"m%d" % i for i in range(messages)])
 
 
-def test_reports_match_go_format_byte_for_byte(
-    nsqd: DaemonProcess, unique: Callable[[str], str]
-) -> None:
+def test_reports_match_go_format_byte_for_byte(nsqd: DaemonProcess) -> None:
     topic = unique("stat")
     _idle_channel(nsqd, topic, "ch", 7)
     result = run_tool(
@@ -68,7 +66,7 @@ def test_reports_match_go_format_byte_for_byte(
     assert result.stdout == HEADER + line + line
 
 
-def test_header_every_25_reports(nsqd: DaemonProcess, unique: Callable[[str], str]) -> None:
+def test_header_every_25_reports(nsqd: DaemonProcess) -> None:
     topic = unique("stat25")
     _idle_channel(nsqd, topic, "ch", 1)
     result = run_tool(
@@ -90,13 +88,15 @@ def test_header_every_25_reports(nsqd: DaemonProcess, unique: Callable[[str], st
 
 
 def test_totals_over_all_producers_found_through_lookupd(
-    lookupd_cluster: tuple[DaemonProcess, list[DaemonProcess]], unique: Callable[[str], str]
+    lookupd_cluster: tuple[DaemonProcess, list[DaemonProcess]],
 ) -> None:
     lookupd, (first, second) = lookupd_cluster
     topic = unique("statlk")
     _idle_channel(first, topic, "ch", 3)
     _idle_channel(second, topic, "ch", 4)
-    wait_until(lambda: lookup_producers(lookupd, topic) == 2, what="both nsqd registered")
+    wait_until(
+        lambda: lookup_producers(lookupd, topic) == 2, what="both nsqd registered", timeout=30.0
+    )
     result = run_tool(
         "nsq_stat",
         f"--topic={topic}",
@@ -129,7 +129,7 @@ def test_rates_are_deltas_over_the_interval() -> None:
     assert report_line(new, old, 2.0).encode() == GO_LINE % (50, 40, 20, 15, 5, 0, 0, 0, 0, 101, 2)
 
 
-def test_errors_as_go(nsqd: DaemonProcess, unique: Callable[[str], str]) -> None:
+def test_errors_as_go(nsqd: DaemonProcess) -> None:
     topic = unique("staterr")
     _idle_channel(nsqd, topic, "ch", 1)
     cases = [
@@ -201,7 +201,7 @@ def test_version() -> None:
 
 
 def test_runs_until_a_signal_without_count(
-    nsqd: DaemonProcess, unique: Callable[[str], str], tool: Callable[..., ToolProcess]
+    nsqd: DaemonProcess, tool: Callable[..., ToolProcess]
 ) -> None:
     topic = unique("statsig")
     _idle_channel(nsqd, topic, "ch", 2)

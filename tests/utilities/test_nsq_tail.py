@@ -13,6 +13,7 @@ from typing import Any
 from nsqpy import NSQ_VERSION
 from nsqpy.testing import DaemonProcess
 
+from ..raw_v2 import unique, wait_until
 from .conftest import (
     ToolProcess,
     http,
@@ -22,13 +23,10 @@ from .conftest import (
     run_tool,
     run_tool_fatal,
     tcp,
-    wait_until,
 )
 
 
-def test_prints_each_body_and_a_newline_then_exits_after_n(
-    nsqd: DaemonProcess, unique: Callable[[str], str]
-) -> None:
+def test_prints_each_body_and_a_newline_then_exits_after_n(nsqd: DaemonProcess) -> None:
     topic = unique("tail")
     bodies = [b"first", b"with\rcarriage", b"\x00\xff binary", b"last"]
     publish(nsqd, topic, *bodies)
@@ -39,9 +37,7 @@ def test_prints_each_body_and_a_newline_then_exits_after_n(
     assert b"Adding consumer for topic: " + topic.encode() in result.stderr
 
 
-def test_print_topic_prefixes_topic_and_bar(
-    nsqd: DaemonProcess, unique: Callable[[str], str]
-) -> None:
+def test_print_topic_prefixes_topic_and_bar(nsqd: DaemonProcess) -> None:
     topic = unique("tailpt")
     publish(nsqd, topic, b"a", b"b")
     result = run_tool(
@@ -56,7 +52,7 @@ def test_print_topic_prefixes_topic_and_bar(
 
 
 def test_several_topics_until_sigterm(
-    nsqd: DaemonProcess, unique: Callable[[str], str], tool: Callable[..., ToolProcess]
+    nsqd: DaemonProcess, tool: Callable[..., ToolProcess]
 ) -> None:
     first, second = unique("tail1"), unique("tail2")
     publish(nsqd, first, b"one", b"two")
@@ -79,7 +75,7 @@ def test_several_topics_until_sigterm(
 
 
 def test_default_channel_is_random_and_ephemeral(
-    nsqd: DaemonProcess, unique: Callable[[str], str], tool: Callable[..., ToolProcess]
+    nsqd: DaemonProcess, tool: Callable[..., ToolProcess]
 ) -> None:
     topic = unique("tailch")
     publish(nsqd, topic, b"x")
@@ -89,7 +85,9 @@ def test_default_channel_is_random_and_ephemeral(
     assert len(names) == 1 and re.fullmatch(r"tail\d{6}#ephemeral", names[0]), names
     assert tail.signal(signal.SIGINT) == 0
     # ephemeral: nsqd deletes it once its last consumer has gone
-    wait_until(lambda: _channel_names(nsqd, topic) == [], what="the channel to go away")
+    wait_until(
+        lambda: _channel_names(nsqd, topic) == [], what="the channel to go away", timeout=30.0
+    )
 
 
 def _topic_stats(nsqd: DaemonProcess, topic: str) -> dict[str, Any]:
@@ -104,7 +102,7 @@ def _channel_names(nsqd: DaemonProcess, topic: str) -> list[str]:
 
 
 def test_max_in_flight_is_lowered_to_n(
-    nsqd: DaemonProcess, unique: Callable[[str], str], tool: Callable[..., ToolProcess]
+    nsqd: DaemonProcess, tool: Callable[..., ToolProcess]
 ) -> None:
     topic = unique("tailrdy")
     publish(nsqd, topic, b"x")
@@ -122,18 +120,22 @@ def test_max_in_flight_is_lowered_to_n(
         clients = _topic_stats(nsqd, topic)["channels"][0]["clients"]
         return clients[0]["ready_count"] if clients else None
 
-    wait_until(lambda: ready_count() == 3, what="RDY 3 (the default 200 lowered to --n)")
+    wait_until(
+        lambda: ready_count() == 3, what="RDY 3 (the default 200 lowered to --n)", timeout=30.0
+    )
     assert tail.signal() == 0
 
 
 def test_discovers_nsqd_through_lookupd(
-    lookupd_cluster: tuple[DaemonProcess, list[DaemonProcess]], unique: Callable[[str], str]
+    lookupd_cluster: tuple[DaemonProcess, list[DaemonProcess]],
 ) -> None:
     lookupd, (first, second) = lookupd_cluster
     topic = unique("taillk")
     publish(first, topic, b"from-a")
     publish(second, topic, b"from-b")
-    wait_until(lambda: lookup_producers(lookupd, topic) == 2, what="both nsqd registered")
+    wait_until(
+        lambda: lookup_producers(lookupd, topic) == 2, what="both nsqd registered", timeout=30.0
+    )
     result = run_tool(
         "nsq_tail", f"--topic={topic}", f"--lookupd-http-address={http(lookupd)}", "--n=2"
     )

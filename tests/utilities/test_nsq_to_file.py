@@ -19,6 +19,7 @@ from nsqpy import NSQ_VERSION
 from nsqpy.apps.nsq_to_file.strftime import go_format, go_layout, strftime
 from nsqpy.testing import DaemonProcess
 
+from ..raw_v2 import unique, wait_until
 from .conftest import (
     ToolProcess,
     channel_stats,
@@ -29,7 +30,6 @@ from .conftest import (
     run_tool,
     run_tool_fatal,
     tcp,
-    wait_until,
 )
 
 SHORT_HOST = socket.gethostname().split(".")[0]
@@ -88,14 +88,13 @@ def stop(archiver: ToolProcess) -> None:
 def test_plain_file_holds_each_body_and_a_newline(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     topic = unique("plain")
     bodies = [b"first", b"with\rcarriage", b"\x00\xff binary", "ünïcode".encode(), b"last"]
     publish(nsqd, topic, *bodies)
     archiver = start_archiver(tool, nsqd, topic, f"--output-dir={tmp_path}")
-    wait_until(lambda: archived(nsqd, topic), what="archived")
+    wait_until(lambda: archived(nsqd, topic), what="archived", timeout=30.0)
     stop(archiver)
     # one file, or two when the run straddles an hour (the default <DATETIME> is the hour)
     paths = files(tmp_path)
@@ -112,7 +111,6 @@ def test_plain_file_holds_each_body_and_a_newline(
 def test_host_identifier_and_pid_tokens(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     topic = unique("tokens")
@@ -125,7 +123,7 @@ def test_host_identifier_and_pid_tokens(
         "--filename-format=<TOPIC>/<HOST>.<PID>.log",
         "--host-identifier=box-<SHORT_HOST>-<HOSTNAME>",
     )
-    wait_until(lambda: archived(nsqd, topic), what="archived")
+    wait_until(lambda: archived(nsqd, topic), what="archived", timeout=30.0)
     stop(archiver)
     [path] = files(tmp_path)
     expected = f"{topic}/box-{SHORT_HOST}-{socket.gethostname()}.{archiver.proc.pid}.log"
@@ -136,7 +134,6 @@ def test_host_identifier_and_pid_tokens(
 def test_appends_to_an_existing_file_and_repairs_a_torn_last_line(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     topic = unique("append")
@@ -146,7 +143,7 @@ def test_appends_to_an_existing_file_and_repairs_a_torn_last_line(
     archiver = start_archiver(
         tool, nsqd, topic, f"--output-dir={tmp_path}", f"--filename-format={fmt}"
     )
-    wait_until(lambda: archived(nsqd, topic), what="archived")
+    wait_until(lambda: archived(nsqd, topic), what="archived", timeout=30.0)
     stop(archiver)
     assert (tmp_path / f"{topic}.log").read_bytes() == b"old\ntorn rec\nnew\n"
 
@@ -154,7 +151,6 @@ def test_appends_to_an_existing_file_and_repairs_a_torn_last_line(
 def test_gzip_members_one_per_sync(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     topic = unique("gz")
@@ -171,7 +167,7 @@ def test_gzip_members_one_per_sync(
         "--sync-interval=200ms",
         "--datetime-format=%Y",
     )
-    wait_until(lambda: archived(nsqd, topic), what="first batch archived")
+    wait_until(lambda: archived(nsqd, topic), what="first batch archived", timeout=30.0)
     http_post(nsqd, "/mpub", b"\n".join(second), topic=topic)
     wait_until(
         lambda: (
@@ -179,6 +175,7 @@ def test_gzip_members_one_per_sync(
             and archived(nsqd, topic)
         ),
         what="second batch archived",
+        timeout=30.0,
     )
     stop(archiver)
     [path] = files(tmp_path)
@@ -194,7 +191,6 @@ def test_gzip_members_one_per_sync(
 def test_rotate_size_with_rev_in_subdirectories(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     """Same names and split points as Go's binary for the same input (checked side by side):
@@ -212,7 +208,7 @@ def test_rotate_size_with_rev_in_subdirectories(
         "--max-in-flight=50",
         "--sync-interval=200ms",
     )
-    wait_until(lambda: archived(nsqd, topic), what="archived")
+    wait_until(lambda: archived(nsqd, topic), what="archived", timeout=30.0)
     stop(archiver)
     expected: list[bytes] = []
     for body in bodies:
@@ -237,7 +233,6 @@ def current_umask() -> int:
 def test_rotate_interval_opens_new_revisions(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     topic = unique("interval")
@@ -251,10 +246,18 @@ def test_rotate_interval_opens_new_revisions(
         "--skip-empty-files",
     )
     publish(nsqd, topic, b"one")
-    wait_until(lambda: archived(nsqd, topic) and len(files(tmp_path)) == 1, what="first file")
-    wait_until(lambda: b"since last open, rotating..." in archiver.stderr, what="rotation")
+    wait_until(
+        lambda: archived(nsqd, topic) and len(files(tmp_path)) == 1, what="first file", timeout=30.0
+    )
+    wait_until(
+        lambda: b"since last open, rotating..." in archiver.stderr, what="rotation", timeout=30.0
+    )
     publish(nsqd, topic, b"two")
-    wait_until(lambda: archived(nsqd, topic) and len(files(tmp_path)) == 2, what="second file")
+    wait_until(
+        lambda: archived(nsqd, topic) and len(files(tmp_path)) == 2,
+        what="second file",
+        timeout=30.0,
+    )
     stop(archiver)
     first, second = files(tmp_path)
     assert (first.read_bytes(), second.read_bytes()) == (b"one\n", b"two\n")
@@ -264,7 +267,6 @@ def test_rotate_interval_opens_new_revisions(
 def test_without_skip_empty_files_rotation_opens_empty_files(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     """As Go: when the sync tick finds rotation due, it opens the next file at once, even with
@@ -279,7 +281,7 @@ def test_without_skip_empty_files_rotation_opens_empty_files(
         "--sync-interval=100ms",
     )
     publish(nsqd, topic, b"only")
-    wait_until(lambda: len(files(tmp_path)) >= 3, what="empty rotations")
+    wait_until(lambda: len(files(tmp_path)) >= 3, what="empty rotations", timeout=30.0)
     stop(archiver)
     contents = [p.read_bytes() for p in files(tmp_path)]
     assert contents.count(b"only\n") == 1
@@ -289,7 +291,6 @@ def test_without_skip_empty_files_rotation_opens_empty_files(
 def test_work_dir_moves_without_overwriting(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     topic = unique("workdir")
@@ -307,7 +308,7 @@ def test_work_dir_moves_without_overwriting(
         f"--work-dir={work}",
         f"--filename-format={fmt}",
     )
-    wait_until(lambda: archived(nsqd, topic), what="archived")
+    wait_until(lambda: archived(nsqd, topic), what="archived", timeout=30.0)
     assert (work / f"{topic}-000001.log").read_bytes() == b"kept apart\n"  # in progress
     # a file appears under the name the archiver will move to: it must pick the next one
     (output / f"{topic}-000001.log").write_bytes(b"raced\n")
@@ -324,16 +325,19 @@ def test_work_dir_moves_without_overwriting(
 def test_sighup_closes_and_reopens(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     topic = unique("hup")
     archiver = start_archiver(tool, nsqd, topic, f"--output-dir={tmp_path}", "--gzip")
     publish(nsqd, topic, b"before")
-    wait_until(lambda: archived(nsqd, topic) and len(files(tmp_path)) == 1, what="first file")
+    wait_until(
+        lambda: archived(nsqd, topic) and len(files(tmp_path)) == 1, what="first file", timeout=30.0
+    )
     archiver.proc.send_signal(signal.SIGHUP)
     publish(nsqd, topic, b"after")
-    wait_until(lambda: archived(nsqd, topic) and len(files(tmp_path)) == 2, what="reopened")
+    wait_until(
+        lambda: archived(nsqd, topic) and len(files(tmp_path)) == 2, what="reopened", timeout=30.0
+    )
     first, second = files(tmp_path)
     assert gzip.decompress(first.read_bytes()) == b"before\n"  # closed: complete
     stop(archiver)
@@ -343,7 +347,6 @@ def test_sighup_closes_and_reopens(
 def test_sigterm_flushes_everything(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     topic = unique("term")
@@ -362,6 +365,7 @@ def test_sigterm_flushes_everything(
     wait_until(
         lambda: (channel_stats(nsqd, topic, "nsq_to_file") or {}).get("depth", 1) == 0,
         what="delivered",
+        timeout=30.0,
     )
     stop(archiver)
     assert archived(nsqd, topic)
@@ -375,7 +379,6 @@ def test_sigterm_flushes_everything(
 def test_topic_pattern_discovery_through_lookupd(
     lookupd_cluster: tuple[DaemonProcess, list[DaemonProcess]],
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
     lookupd, (first, second) = lookupd_cluster
@@ -397,8 +400,9 @@ def test_topic_pattern_discovery_through_lookupd(
     wait_until(
         lambda: {p.name for p in files(tmp_path)} == {f"{t}.log" for t in wanted},
         what="both topics archived",
+        timeout=30.0,
     )
-    wait_until(lambda: archived(first, wanted[0]) and archived(second, wanted[1]))
+    wait_until(lambda: archived(first, wanted[0]) and archived(second, wanted[1]), timeout=30.0)
     stop(archiver)
     assert (tmp_path / f"{wanted[0]}.log").read_bytes() == b"a from first\n"
     assert (tmp_path / f"{wanted[1]}.log").read_bytes() == b"b from second\n"

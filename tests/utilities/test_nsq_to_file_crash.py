@@ -13,7 +13,8 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from .conftest import ToolProcess, channel_stats, http_post, tcp, wait_until
+from ..raw_v2 import wait_until
+from .conftest import ToolProcess, channel_stats, http_post, tcp
 
 TOPIC = "crash_archive"
 MAX_TOTAL = 6000  # messages at most, published at a steady rate in batches until the kills end

@@ -11,16 +11,8 @@ from pathlib import Path
 
 from nsqpy.testing import start_nsqd, start_nsqlookupd
 
-from ..raw_v2 import free_port
-from .conftest import (
-    DocShell,
-    channel_stats,
-    fenced_blocks,
-    http_post,
-    lookup_producers,
-    tcp,
-    wait_until,
-)
+from ..raw_v2 import free_port, wait_until
+from .conftest import DocShell, channel_stats, fenced_blocks, http_post, lookup_producers, tcp
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "utilities.md"
 

@@ -17,6 +17,7 @@ from aiohttp import web
 from nsqpy import NSQ_VERSION
 from nsqpy.testing import DaemonProcess
 
+from ..raw_v2 import unique, wait_until
 from .conftest import (
     GO_LOG_LINE,
     ToolProcess,
@@ -25,7 +26,6 @@ from .conftest import (
     run_tool,
     run_tool_fatal,
     tcp,
-    wait_until,
 )
 
 #: go-nsq options that make a failed message come back quickly (Go's default delay is 90 s)
@@ -150,7 +150,6 @@ def test_post_retries_failures_until_every_message_is_delivered(
     nsqd: DaemonProcess,
     sink: Sink,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
 ) -> None:
     topic = unique("post")
     bodies = [b"event %d \x00\xff" % i for i in range(40)]
@@ -175,13 +174,12 @@ def test_post_success_is_any_2xx_and_get_success_is_exactly_200(
     nsqd: DaemonProcess,
     sink: Sink,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
 ) -> None:
     topic = unique("codes")
     prepare(nsqd, topic, [b"one", b"two"])
     post = sink.endpoint("/created", status=201)
     forwarder = start(tool, nsqd, topic, f"--post={post}", *FAST_RETRY)
-    wait_until(lambda: settled(nsqd, topic), what="delivered")
+    wait_until(lambda: settled(nsqd, topic), what="delivered", timeout=30.0)
     stop(forwarder)
     assert len(sink.endpoints["/created"].requests) == 2  # 201 is a success for POST
 
@@ -189,7 +187,7 @@ def test_post_success_is_any_2xx_and_get_success_is_exactly_200(
     prepare(nsqd, topic, [b"one", b"two"])
     get = sink.endpoint("/get201", status=200, fail_first=True, fail_status=201)
     forwarder = start(tool, nsqd, topic, f"--get={get}?v=%s", *FAST_RETRY)
-    wait_until(lambda: settled(nsqd, topic), what="delivered")
+    wait_until(lambda: settled(nsqd, topic), what="delivered", timeout=30.0)
     stop(forwarder)
     endpoint = sink.endpoints["/get201"]
     assert sorted(endpoint.seen.values()) == [2, 2]  # 201 failed a GET: retried
@@ -201,7 +199,6 @@ def test_get_fills_the_query_escaped_body(
     nsqd: DaemonProcess,
     sink: Sink,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
 ) -> None:
     topic = unique("get")
     bodies = [b"a b&c=d/e?f", "ü+~_.-!*'()".encode(), b"\x00\xff%"]
@@ -216,7 +213,7 @@ def test_get_fills_the_query_escaped_body(
     forwarder = start(
         tool, nsqd, topic, f"--get={url}?data=%s&src=nsq", "--header=X-Custom: yes please"
     )
-    wait_until(lambda: settled(nsqd, topic), what="delivered")
+    wait_until(lambda: settled(nsqd, topic), what="delivered", timeout=30.0)
     stop(forwarder)
     requests = sink.endpoints["/hit"].requests
     assert sorted(r.raw_query for r in requests) == sorted(f"data={e}&src=nsq" for e in escaped)
@@ -238,14 +235,13 @@ def test_round_robin_and_broadcast_modes(
     nsqd: DaemonProcess,
     sink: Sink,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
 ) -> None:
     topic = unique("rr")
     bodies = [b"rr %d" % i for i in range(20)]
     prepare(nsqd, topic, bodies)
     a, b = sink.endpoint("/a"), sink.endpoint("/b")
     forwarder = start(tool, nsqd, topic, f"--post={a}", f"--post={b}", "--mode=round-robin")
-    wait_until(lambda: settled(nsqd, topic), what="delivered")
+    wait_until(lambda: settled(nsqd, topic), what="delivered", timeout=30.0)
     stop(forwarder)
     assert len(sink.endpoints["/a"].requests) == len(sink.endpoints["/b"].requests) == 10
     delivered = [r.body for e in ("/a", "/b") for r in sink.endpoints[e].requests]
@@ -256,7 +252,7 @@ def test_round_robin_and_broadcast_modes(
     prepare(nsqd, topic, bodies)
     c, d = sink.endpoint("/c"), sink.endpoint("/d")
     forwarder = start(tool, nsqd, topic, f"--post={c}", f"--post={d}", "--mode=everyone")
-    wait_until(lambda: settled(nsqd, topic), what="delivered")
+    wait_until(lambda: settled(nsqd, topic), what="delivered", timeout=30.0)
     stop(forwarder)
     for path in ("/c", "/d"):
         assert sorted(r.body for r in sink.endpoints[path].requests) == sorted(bodies)
@@ -268,7 +264,6 @@ def test_host_pools_prefer_healthy_endpoints(
     nsqd: DaemonProcess,
     sink: Sink,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
 ) -> None:
     topic = unique("pool")
     bodies = [b"pool %d" % i for i in range(30)]
@@ -296,13 +291,12 @@ def test_sample_zero_finishes_without_sending(
     nsqd: DaemonProcess,
     sink: Sink,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
 ) -> None:
     topic = unique("sample")
     prepare(nsqd, topic, [b"x", b"y", b"z"])
     url = sink.endpoint("/never")
     forwarder = start(tool, nsqd, topic, f"--post={url}", "--sample=0")
-    wait_until(lambda: settled(nsqd, topic), what="finished")
+    wait_until(lambda: settled(nsqd, topic), what="finished", timeout=30.0)
     stop(forwarder)
     assert sink.endpoints["/never"].requests == []
 
@@ -311,13 +305,12 @@ def test_status_every_logs_timer_metrics(
     nsqd: DaemonProcess,
     sink: Sink,
     tool: Callable[..., ToolProcess],
-    unique: Callable[[str], str],
 ) -> None:
     topic = unique("status")
     prepare(nsqd, topic, [b"s %d" % i for i in range(11)])
     url = sink.endpoint("/timed")
     forwarder = start(tool, nsqd, topic, f"--post={url}", "--status-every=10", "--n=1")
-    wait_until(lambda: settled(nsqd, topic), what="delivered")
+    wait_until(lambda: settled(nsqd, topic), what="delivered", timeout=30.0)
     forwarder.wait_for_stderr(b"[aggregate]: finished 10")
     stop(forwarder)
     lines = [GO_LOG_LINE.match(line) for line in forwarder.stderr.split(b"\n")]
@@ -389,7 +382,7 @@ def test_usage_errors_and_version() -> None:
 
 
 def test_unreachable_endpoint_is_logged_in_go_words(
-    nsqd: DaemonProcess, tool: Callable[..., ToolProcess], unique: Callable[[str], str]
+    nsqd: DaemonProcess, tool: Callable[..., ToolProcess]
 ) -> None:
     """A refused request is logged as Go's net/http words it, not as aiohttp's text."""
     topic = unique("refused")

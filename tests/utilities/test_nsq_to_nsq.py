@@ -13,6 +13,7 @@ import pytest
 from nsqpy.client import sync
 from nsqpy.testing import DaemonProcess
 
+from ..raw_v2 import unique, wait_until
 from .conftest import (
     ToolProcess,
     channel_stats,
@@ -23,7 +24,6 @@ from .conftest import (
     run_tool_fatal,
     tcp,
     topic_message_count,
-    wait_until,
 )
 
 
@@ -46,7 +46,6 @@ def _bodies(nsqd: DaemonProcess, topic: str, count: int) -> list[bytes]:
 def test_copies_every_message_and_fins_the_source(
     nsqd: DaemonProcess,
     second_nsqd: DaemonProcess,
-    unique: Callable[[str], str],
     tool: Callable[..., ToolProcess],
 ) -> None:
     topic = unique("copy")
@@ -58,7 +57,9 @@ def test_copies_every_message_and_fins_the_source(
         f"--nsqd-tcp-address={tcp(nsqd)}",
         f"--destination-nsqd-tcp-address={tcp(second_nsqd)}",
     )
-    wait_until(lambda: _finished(nsqd, topic, "nsq_to_nsq", 50), what="the source drained")
+    wait_until(
+        lambda: _finished(nsqd, topic, "nsq_to_nsq", 50), what="the source drained", timeout=30.0
+    )
     assert topic_message_count(second_nsqd, topic) == 50
     assert sorted(_bodies(second_nsqd, topic, 50)) == sorted(bodies)
     assert bridge.signal(signal.SIGTERM) == 0
@@ -67,14 +68,15 @@ def test_copies_every_message_and_fins_the_source(
 def test_destination_topic_and_lookupd_source(
     lookupd_cluster: tuple[DaemonProcess, list[DaemonProcess]],
     second_nsqd: DaemonProcess,
-    unique: Callable[[str], str],
     tool: Callable[..., ToolProcess],
 ) -> None:
     lookupd, (first, second) = lookupd_cluster
     topic, destination = unique("lksrc"), unique("renamed")
     publish(first, topic, b"a")
     publish(second, topic, b"b")
-    wait_until(lambda: lookup_producers(lookupd, topic) == 2, what="both nsqd registered")
+    wait_until(
+        lambda: lookup_producers(lookupd, topic) == 2, what="both nsqd registered", timeout=30.0
+    )
     bridge = tool(
         "nsq_to_nsq",
         f"--topic={topic}",
@@ -83,13 +85,15 @@ def test_destination_topic_and_lookupd_source(
         f"--destination-nsqd-tcp-address={tcp(second_nsqd)}",
         f"--destination-topic={destination}",
     )
-    wait_until(lambda: topic_message_count(second_nsqd, destination) == 2, what="both copied")
+    wait_until(
+        lambda: topic_message_count(second_nsqd, destination) == 2, what="both copied", timeout=30.0
+    )
     assert sorted(_bodies(second_nsqd, destination, 2)) == [b"a", b"b"]
     assert bridge.signal(signal.SIGINT) == 0
 
 
 def test_unreachable_destination_requeues_and_finishes_nothing(
-    nsqd: DaemonProcess, unique: Callable[[str], str], tool: Callable[..., ToolProcess]
+    nsqd: DaemonProcess, tool: Callable[..., ToolProcess]
 ) -> None:
     topic = unique("nodest")
     publish(nsqd, topic, b"kept")
@@ -104,7 +108,7 @@ def test_unreachable_destination_requeues_and_finishes_nothing(
         stats = channel_stats(nsqd, topic, "nsq_to_nsq")
         return stats is not None and stats["requeue_count"] >= 1
 
-    wait_until(requeued, what="a REQ after the failed publish")
+    wait_until(requeued, what="a REQ after the failed publish", timeout=30.0)
     assert bridge.signal() == 0
     stats = channel_stats(nsqd, topic, "nsq_to_nsq")
     assert stats is not None
@@ -115,7 +119,6 @@ def test_unreachable_destination_requeues_and_finishes_nothing(
 def test_round_robin_and_hostpool_spread_over_destinations(
     nsqd: DaemonProcess,
     second_nsqd: DaemonProcess,
-    unique: Callable[[str], str],
     tool: Callable[..., ToolProcess],
 ) -> None:
     for mode in ("round-robin", "hostpool"):
@@ -131,7 +134,7 @@ def test_round_robin_and_hostpool_spread_over_destinations(
             f"--mode={mode}",
         )
         drained = functools.partial(_finished, nsqd, topic, "nsq_to_nsq", 10)
-        wait_until(drained, what=f"{mode} drained")
+        wait_until(drained, what=f"{mode} drained", timeout=30.0)
         # both pools alternate over healthy destinations: 5 each
         assert topic_message_count(nsqd, destination) == 5, mode
         assert topic_message_count(second_nsqd, destination) == 5, mode
@@ -141,7 +144,6 @@ def test_round_robin_and_hostpool_spread_over_destinations(
 def test_json_filters_match_go(
     nsqd: DaemonProcess,
     second_nsqd: DaemonProcess,
-    unique: Callable[[str], str],
     tool: Callable[..., ToolProcess],
 ) -> None:
     topic = unique("json")
@@ -169,8 +171,8 @@ def test_json_filters_match_go(
         "--whitelist-json-field=g",
         "--whitelist-json-field=h",
     )
-    wait_until(lambda: _finished(nsqd, topic, "nsq_to_nsq", 7), what="all 7 handled")
-    wait_until(lambda: topic_message_count(second_nsqd, topic) == 4, what="4 passed")
+    wait_until(lambda: _finished(nsqd, topic, "nsq_to_nsq", 7), what="all 7 handled", timeout=30.0)
+    wait_until(lambda: topic_message_count(second_nsqd, topic) == 4, what="4 passed", timeout=30.0)
     # Go's json.Marshal of the whitelisted map: sorted keys, integral floats as ints at the top
     # level, shortest floats below it, HTML characters escaped, UTF-8 kept
     assert sorted(_bodies(second_nsqd, topic, 4)) == sorted(
@@ -188,7 +190,6 @@ def test_json_filters_match_go(
 def test_numeric_required_value_and_missing_field_backoff(
     nsqd: DaemonProcess,
     second_nsqd: DaemonProcess,
-    unique: Callable[[str], str],
     tool: Callable[..., ToolProcess],
 ) -> None:
     topic = unique("jsonnum")
@@ -202,14 +203,16 @@ def test_numeric_required_value_and_missing_field_backoff(
         "--require-json-value=5.0",
     )
     # 5 equals 5.0 as a number; "5" is a string unequal to "5.0"; {"other"} is REQueued
-    wait_until(lambda: topic_message_count(second_nsqd, topic) == 1, what="the numeric match")
+    wait_until(
+        lambda: topic_message_count(second_nsqd, topic) == 1, what="the numeric match", timeout=30.0
+    )
     bridge.wait_for_stderr(b"ERROR: missing field to check required value")
 
     def requeued() -> bool:
         stats = channel_stats(nsqd, topic, "nsq_to_nsq")
         return stats is not None and stats["requeue_count"] >= 1
 
-    wait_until(requeued, what="the backoff REQ")
+    wait_until(requeued, what="the backoff REQ", timeout=30.0)
     assert bridge.signal() == 0
     assert _bodies(second_nsqd, topic, 1) == [b'{"n":5}']
 
@@ -217,7 +220,6 @@ def test_numeric_required_value_and_missing_field_backoff(
 def test_status_every_logs_timer_metrics(
     nsqd: DaemonProcess,
     second_nsqd: DaemonProcess,
-    unique: Callable[[str], str],
     tool: Callable[..., ToolProcess],
 ) -> None:
     topic = unique("status")
@@ -229,7 +231,7 @@ def test_status_every_logs_timer_metrics(
         f"--destination-nsqd-tcp-address={tcp(second_nsqd)}",
         "--status-every=2",
     )
-    wait_until(lambda: _finished(nsqd, topic, "nsq_to_nsq", 5), what="drained")
+    wait_until(lambda: _finished(nsqd, topic, "nsq_to_nsq", 5), what="drained", timeout=30.0)
     assert bridge.signal() == 0
     err = bridge.stderr
     assert b"Warning: use more than 100 status values for accurate percentiles" in err
@@ -287,7 +289,6 @@ def test_pool_modes_move_to_the_healthy_destination(
     mode: str,
     nsqd: DaemonProcess,
     second_nsqd: DaemonProcess,
-    unique: Callable[[str], str],
     tool: Callable[..., ToolProcess],
 ) -> None:
     topic, destination = unique("failover"), unique("failoverout")
@@ -304,7 +305,7 @@ def test_pool_modes_move_to_the_healthy_destination(
         f"--mode={mode}",
     )
     drained = functools.partial(_finished, nsqd, topic, "nsq_to_nsq", 20)
-    wait_until(drained, what="every message copied")
+    wait_until(drained, what="every message copied", timeout=30.0)
     assert topic_message_count(second_nsqd, destination) == 20
     stats = channel_stats(nsqd, topic, "nsq_to_nsq")
     assert stats is not None and stats["requeue_count"] >= 1  # the attempt on the dead one

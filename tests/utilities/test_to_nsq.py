@@ -5,20 +5,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 
 from nsqpy.client import sync
 from nsqpy.testing import DaemonProcess
 
-from .conftest import (
-    fatal_line,
-    run_tool,
-    run_tool_fatal,
-    tcp,
-    tool_command,
-    topic_message_count,
-    wait_until,
-)
+from ..raw_v2 import unique, wait_until
+from .conftest import fatal_line, run_tool, run_tool_fatal, tcp, tool_command, topic_message_count
 
 
 def _bodies(nsqd: DaemonProcess, topic: str, count: int) -> list[bytes]:
@@ -26,9 +18,7 @@ def _bodies(nsqd: DaemonProcess, topic: str, count: int) -> list[bytes]:
     return [m.body for m in messages]
 
 
-def test_publishes_each_line_and_skips_empty_ones(
-    nsqd: DaemonProcess, unique: Callable[[str], str]
-) -> None:
+def test_publishes_each_line_and_skips_empty_ones(nsqd: DaemonProcess) -> None:
     topic = unique("tonsq")
     lines = [b"first", b"", b"second with spaces", b"\r", b"", b"\xff\x00third"]
     stdin = b"\n".join(lines) + b"\n"
@@ -39,9 +29,7 @@ def test_publishes_each_line_and_skips_empty_ones(
     assert _bodies(nsqd, topic, 4) == [b"first", b"second with spaces", b"\r", b"\xff\x00third"]
 
 
-def test_custom_delimiter_and_unterminated_last_record(
-    nsqd: DaemonProcess, unique: Callable[[str], str]
-) -> None:
+def test_custom_delimiter_and_unterminated_last_record(nsqd: DaemonProcess) -> None:
     topic = unique("tonsqdelim")
     result = run_tool(
         "to_nsq",
@@ -57,9 +45,7 @@ def test_custom_delimiter_and_unterminated_last_record(
     assert _bodies(nsqd, topic, 3) == [b"a\nb", b"c", b"last"]
 
 
-def test_every_record_goes_to_every_nsqd(
-    nsqd: DaemonProcess, second_nsqd: DaemonProcess, unique: Callable[[str], str]
-) -> None:
+def test_every_record_goes_to_every_nsqd(nsqd: DaemonProcess, second_nsqd: DaemonProcess) -> None:
     topic = unique("tonsqfan")
     count = 500
     stdin = b"".join(b"message %d\n" % i for i in range(count))
@@ -76,7 +62,7 @@ def test_every_record_goes_to_every_nsqd(
     assert _bodies(second_nsqd, topic, count) == [b"message %d" % i for i in range(count)]
 
 
-def test_rate_limits_messages_per_second(nsqd: DaemonProcess, unique: Callable[[str], str]) -> None:
+def test_rate_limits_messages_per_second(nsqd: DaemonProcess) -> None:
     topic = unique("tonsqrate")
     stdin = b"".join(b"%d\n" % i for i in range(30))
     started = time.monotonic()
@@ -120,9 +106,7 @@ def test_producer_opt_is_checked_as_go_nsq_does() -> None:
     )
 
 
-def test_producer_opt_reaches_the_connection(
-    nsqd: DaemonProcess, unique: Callable[[str], str]
-) -> None:
+def test_producer_opt_reaches_the_connection(nsqd: DaemonProcess) -> None:
     topic = unique("tonsqopt")
     result = run_tool(
         "to_nsq",
@@ -136,9 +120,7 @@ def test_producer_opt_reaches_the_connection(
     assert _bodies(nsqd, topic, 1) == [b"compressed"]
 
 
-def test_sigterm_while_waiting_for_input_exits_cleanly(
-    nsqd: DaemonProcess, unique: Callable[[str], str]
-) -> None:
+def test_sigterm_while_waiting_for_input_exits_cleanly(nsqd: DaemonProcess) -> None:
     topic = unique("tonsqterm")
     proc = subprocess.Popen(
         [*tool_command("to_nsq"), f"--topic={topic}", f"--nsqd-tcp-address={tcp(nsqd)}"],
@@ -149,7 +131,9 @@ def test_sigterm_while_waiting_for_input_exits_cleanly(
     try:
         proc.stdin.write(b"a\nb\n")
         proc.stdin.flush()  # stdin stays open: to_nsq waits for more
-        wait_until(lambda: topic_message_count(nsqd, topic) == 2, what="the two lines")
+        wait_until(
+            lambda: topic_message_count(nsqd, topic) == 2, what="the two lines", timeout=30.0
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from nsqpy.testing import start_nsqd, start_nsqlookupd
 
-from .conftest import DocShell, channel_stats, fenced_blocks, tcp, wait_until
+from ..raw_v2 import wait_until
+from .conftest import DocShell, channel_stats, fenced_blocks, tcp
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "utilities.md"
 
@@ -39,7 +40,11 @@ def test_utilities_doc_examples(tmp_path: Path) -> None:
         urllib.request.urlopen(urllib.request.Request(localize(url.group(1)), data=b""))
         assert run(stat_command).decode() == outputs[1]
         copier = subprocess.Popen(["bash", "-c", "exec " + localize(bridge.strip())])
-        wait_until(lambda: channel_stats(nsqd, "events", "copy") is not None, what="copy channel")
+        wait_until(
+            lambda: channel_stats(nsqd, "events", "copy") is not None,
+            what="copy channel",
+            timeout=30.0,
+        )
         assert run(check) == b"four\n"
     finally:
         if copier is not None:

@@ -85,6 +85,7 @@ def stop(archiver: ToolProcess) -> None:
 # ---------------------------------------------------------------------- output
 
 
+@pytest.mark.slow
 def test_plain_file_holds_each_body_and_a_newline(
     nsqd: DaemonProcess,
     tool: Callable[..., ToolProcess],

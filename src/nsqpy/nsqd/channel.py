@@ -5,13 +5,18 @@ hands a message straight to a ready consumer when it arrives, and pulls from its
 consumer when that consumer becomes ready (RDY raised, a message finished, unpause). No
 per-message timers: deadlines sit in heaps scanned by the nsqd queue-scan loop.
 
-Issue 22's held mode (``--mem-queue-size=0 --sync-every=1``: each message's disk record kept
-until it is finished) is in channel_held.py, a base class of :class:`Channel`.
+A channel knows its consumers only through the :class:`~nsqpy.nsqd.consumer.Consumer`
+protocol (consumer.py): it reads their readiness, puts messages in flight itself (raising
+their attempts) and hands them over; it never reaches into a connection.
+
+The held mode (``--mem-queue-size=0 --sync-every=1``: each message's disk record kept until
+it is finished) is in channel_held.py, a base class of :class:`Channel`.
 """
 
 from __future__ import annotations
 
 import heapq
+import random
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -24,7 +29,7 @@ from .errors import BackendWriteError
 from .message import Message, decode_records, own_copies
 
 if TYPE_CHECKING:
-    from .client_v2 import ClientV2
+    from .consumer import Consumer
     from .nsqd import NSQD
     from .read_holds import Hold
     from .topic import Topic
@@ -73,8 +78,8 @@ class Channel(HeldMessages):
         self.mem_capacity = nsqd.options.mem_queue_size
         self.memory_queue: deque[Message] = deque()
         self.backend = backend
-        self.clients: dict[int, ClientV2] = {}
-        self._client_list: list[ClientV2] = []
+        self.clients: dict[int, Consumer] = {}
+        self._client_list: list[Consumer] = []
         self._rr = 0
         self.in_flight: dict[bytes, Message] = {}
         # the group of the usual timeout is ``in_flight`` itself (see "in flight" below)
@@ -100,7 +105,7 @@ class Channel(HeldMessages):
 
     # ------------------------------------------------------------------ consumers
 
-    def add_client(self, client: ClientV2) -> None:
+    def add_client(self, client: Consumer) -> None:
         if self.exiting:
             raise ChannelError("exiting")
         if client.id in self.clients:
@@ -113,14 +118,14 @@ class Channel(HeldMessages):
         self.clients[client.id] = client
         self._client_list = list(self.clients.values())
 
-    def remove_client(self, client: ClientV2) -> None:
+    def remove_client(self, client: Consumer) -> None:
         if self.exiting or self.clients.pop(client.id, None) is None:
             return
         self._client_list = list(self.clients.values())
         if not self.clients and self.ephemeral:
             self.nsqd.loop.call_soon(self.topic.delete_channel_if_unused, self)
 
-    def _ready_client(self) -> ClientV2 | None:
+    def _ready_client(self) -> Consumer | None:
         """The next ready consumer, round-robin, or None."""
         clients = self._client_list
         count = len(clients)
@@ -134,7 +139,7 @@ class Channel(HeldMessages):
                 return client
         return None
 
-    def pump(self, client: ClientV2) -> None:
+    def pump(self, client: Consumer) -> None:
         """Deliver queued messages to ``client`` while it is ready: its whole free window at
         once (one timestamp, one in-flight group lookup, frames built in one loop)."""
         if self.paused or self.exiting:
@@ -147,7 +152,10 @@ class Channel(HeldMessages):
             else:
                 msgs = self._take(want)
                 if msgs:
-                    client.send_messages(self, msgs)
+                    frames: list[bytes] = []
+                    sent, size = self.start_in_flight_many(msgs, client, self.nsqd.now(), frames)
+                    if sent:
+                        client.send_messages(frames, sent, size)
         client.after_deliveries()
 
     def _take(self, count: int) -> list[Message]:
@@ -184,17 +192,17 @@ class Channel(HeldMessages):
                 kept.append(msg)
         return kept
 
-    def _pump_sampled(self, client: ClientV2) -> None:
+    def _pump_sampled(self, client: Consumer) -> None:
         """One message at a time: a sampled-out message does not take a slot of RDY."""
         memory_queue = self.memory_queue
         while client.ready_count > client.in_flight_count and client.ready_count > 0:
             if memory_queue:
-                client.send_message(self, memory_queue.popleft().private())
+                self.deliver(client, memory_queue.popleft().private())
                 continue
             msgs = self._take(1)
             if not msgs:
                 break
-            client.send_message(self, msgs[0])
+            self.deliver(client, msgs[0])
 
     def pump_all(self) -> None:
         for client in self._client_list:
@@ -255,7 +263,7 @@ class Channel(HeldMessages):
                 self.memory_queue.append(msg)
                 self.pump(client)
             else:
-                client.send_message(self, msg.private())
+                self.deliver(client, msg.private())
                 client.after_deliveries()
             return
         if len(self.memory_queue) < self.mem_capacity:
@@ -275,29 +283,38 @@ class Channel(HeldMessages):
     # other groups' and the capped messages: its scan passes over those (``msg.group`` is not
     # ``in_flight``); a message put back in it out of order goes to the heap.
 
-    def start_in_flight(self, msg: Message, client: ClientV2, now: float) -> bool:
-        """False, changing nothing, for a second copy of a message already in flight (see
-        :meth:`start_in_flight_many`): the caller does not send it."""
-        if msg.id in self.in_flight:
+    def deliver(self, client: Consumer, msg: Message) -> None:
+        """Put one message in flight to ``client``, its attempts raised, and send it; unless
+        ``client`` samples it out (consumed and dropped, as Go does: its held record is let
+        go), or it is a second copy of a message already in flight (see
+        :meth:`start_in_flight_many`)."""
+        sample_rate = client.sample_rate
+        if sample_rate and random.randrange(100) > sample_rate:
             self._release(msg)
-            return False
+            return
+        msg_id = msg.id
+        if msg_id in self.in_flight:
+            self._release(msg)
+            return
+        now = self.nsqd.now()
         timeout = client.msg_timeout
+        msg.attempts += 1
         msg.client = client
         msg.delivery_ts = now
         msg.pri = now + timeout
-        self.in_flight[msg.id] = msg
+        self.in_flight[msg_id] = msg
         group = self._in_flight_groups.get(timeout)
         if group is None:
             group = self._in_flight_groups[timeout] = {}
-        group[msg.id] = msg
+        group[msg_id] = msg
         msg.group = group
-        return True
+        client.send_message(msg)
 
     def start_in_flight_many(
-        self, msgs: list[Message], client: ClientV2, now: float, frames: list[bytes]
+        self, msgs: list[Message], client: Consumer, now: float, frames: list[bytes]
     ) -> tuple[int, int]:
-        """:meth:`start_in_flight` for a window of messages delivered at once, each with its
-        attempts raised, and their message frames appended to ``frames`` (header and ID
+        """:meth:`deliver`'s bookkeeping for a window of messages delivered at once, each with
+        its attempts raised, and their message frames appended to ``frames`` (header and ID
         packed as one part, the body as another), all in one loop; how many were put in
         flight and the size of their frames.
 
@@ -346,7 +363,7 @@ class Channel(HeldMessages):
             self._release(msg)
         return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
 
-    def finish_many(self, client: ClientV2, ids: list[bytes], start: int = 0) -> int:
+    def finish_many(self, client: Consumer, ids: list[bytes], start: int = 0) -> int:
         """FIN each ID in order from ``ids[start]``, stopping at the first that is not
         ``client``'s in flight; the index it stopped at, ``len(ids)`` if none failed (the
         caller reports the failing one with :meth:`finish_message`)."""
@@ -389,7 +406,7 @@ class Channel(HeldMessages):
             msg.group = None
             heapq.heappush(self._in_flight_capped, (msg.pri, msg.id, msg))
 
-    def _pop_in_flight(self, client: ClientV2, msg_id: bytes) -> Message:
+    def _pop_in_flight(self, client: Consumer, msg_id: bytes) -> Message:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             raise ChannelError("ID not in flight")
@@ -408,7 +425,7 @@ class Channel(HeldMessages):
                 del group[msg.id]
             msg.group = None
 
-    def finish_message(self, client: ClientV2, msg_id: bytes) -> None:
+    def finish_message(self, client: Consumer, msg_id: bytes) -> None:
         msg = self._pop_in_flight(client, msg_id)
         msg.client = None
         self._release(msg)
@@ -416,7 +433,7 @@ class Channel(HeldMessages):
         if self.e2e is not None:
             self.e2e.insert(self.nsqd.wall_ns() - msg.timestamp)
 
-    def requeue_message(self, client: ClientV2, msg_id: bytes, delay: float) -> None:
+    def requeue_message(self, client: Consumer, msg_id: bytes, delay: float) -> None:
         msg = self._pop_in_flight(client, msg_id)
         msg.client = None
         self.requeue_count += 1
@@ -429,7 +446,7 @@ class Channel(HeldMessages):
             return
         self.start_deferred_timeout(msg, delay)
 
-    def touch_message(self, client: ClientV2, msg_id: bytes, now: float) -> None:
+    def touch_message(self, client: Consumer, msg_id: bytes, now: float) -> None:
         msg = self._pop_in_flight(client, msg_id)
         msg.client = client
         self.in_flight[msg_id] = msg
@@ -568,7 +585,7 @@ class Channel(HeldMessages):
         self.start_deferred_timeout(msg, remaining)
 
     def messages_to_persist(self) -> list[Message]:
-        """Memory, in-flight and deferred messages, in Go's shutdown order (§6.3); an early
+        """Memory, in-flight and deferred messages, in Go's shutdown order; an early
         deferred message's record is already waiting in the queue."""
         msgs = list(self.memory_queue)
         msgs.extend(self.in_flight.values())

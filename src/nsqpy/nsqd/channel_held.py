@@ -1,15 +1,16 @@
 """A channel's held mode: the part of :class:`~nsqpy.nsqd.channel.Channel` that keeps each
 message's disk record until the message is finished (``Channel`` inherits it).
 
-Issue 22, with ``--mem-queue-size=0 --sync-every=1`` (``hold_messages``): a message is in the
-channel's disk queue before any consumer gets it, and its record stays *held* there until the
-message is finished, requeued as a newer record or dead-lettered (read_holds.py): the queue's
-metadata records the start of the oldest held record, so after a SIGKILL every in-flight and
-deferred message is read again (at least once; its attempts as on disk, which a redelivery
-raises to what the consumer saw). A message handed straight to a ready consumer is appended and
-held at once (``put_held``). A DPUB or restored deferral whose record lands behind waiting
-records is *early*: when the cursor reaches that record it becomes the deferred message's hold
-instead of a delivery; if the deferral ends first, that record is delivered when reached.
+With ``--mem-queue-size=0 --sync-every=1`` (``hold_messages``), nothing acknowledged is lost
+to a SIGKILL: a message is in the channel's disk queue before any consumer gets it, and its
+record stays *held* there until the message is finished, requeued as a newer record or
+dead-lettered (read_holds.py): the queue's metadata records the start of the oldest held
+record, so after a SIGKILL every in-flight and deferred message is read again (at least once;
+its attempts as on disk, which a redelivery raises to what the consumer saw). A message handed
+straight to a ready consumer is appended and held at once (``_put_held``). A DPUB or restored
+deferral whose record lands behind waiting records is *early*: when the cursor reaches that
+record it becomes the deferred message's hold instead of a delivery; if the deferral ends
+first, that record is delivered when reached.
 
 In the default mode ``held_queue`` is None and nothing here runs but ``_release``, which finds
 no hold; the channel's hot paths (``_take``, ``finish_many``) test ``held_queue`` themselves.
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from collections import deque
 
     from .backend_writes import BackendWrites
-    from .client_v2 import ClientV2
+    from .consumer import Consumer
     from .diskqueue import DiskQueue
     from .nsqd import NSQD
 
@@ -50,13 +51,14 @@ class HeldMessages:
         deferred: dict[bytes, Message]
         skip_ids: set[bytes]
 
-        def _ready_client(self) -> ClientV2 | None: ...
-        def pump(self, client: ClientV2) -> None: ...
+        def _ready_client(self) -> Consumer | None: ...
+        def pump(self, client: Consumer) -> None: ...
+        def deliver(self, client: Consumer, msg: Message) -> None: ...
         def pump_all(self) -> None: ...
         def put(self, msg: Message) -> None: ...
 
     def __init__(self) -> None:
-        # issue 22 (module docstring): the disk queue holding every unfinished message, or None
+        # the disk queue holding every unfinished message (module docstring), or None
         self.held_queue: DiskQueue | None = None
         self._early: dict[bytes, Message] = {}
 
@@ -148,7 +150,7 @@ class HeldMessages:
             self.pump(client)
             return
         msg.hold = hold
-        client.send_message(self, msg)  # type: ignore[arg-type]  # self is a Channel
+        self.deliver(client, msg)
         client.after_deliveries()
 
     def _relocate_deferred(self, queue: DiskQueue) -> None:

@@ -9,7 +9,6 @@ for this client leaves in one ``transport.write``.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections import deque
 from collections.abc import Awaitable
@@ -33,6 +32,7 @@ from ..protocol.compression import (
     SnappyFrameWriter,
 )
 from .errors import NeedsReauth
+from .stats import client_stats
 from .tls import TLSError, TLSSession
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from .auth import AuthState
     from .channel import Channel
+    from .consumer import Consumer
     from .message import Message
     from .nsqd import NSQD
 
@@ -62,6 +63,8 @@ TLS_HANDSHAKE_TIMEOUT = 5.0
 
 
 class ClientV2(asyncio.Protocol):
+    """One consumer or producer connection; to its channel, a :class:`Consumer`."""
+
     def __init__(self, nsqd: NSQD, client_id: int) -> None:
         opts = nsqd.options
         self.nsqd = nsqd
@@ -512,22 +515,18 @@ class ClientV2(asyncio.Protocol):
         else:
             self.flush()
 
-    def send_message(self, channel: Channel, msg: Message) -> None:
-        if self.sample_rate and random.randrange(100) > self.sample_rate:
-            return  # sampled out: consumed and dropped, as Go does
-        if not channel.start_in_flight(msg, self, self.nsqd.now()):
-            return
-        msg.attempts += 1
+    def send_message(self, msg: Message) -> None:
+        """Buffer the frame of a message its channel has put in flight to this client."""
         self.in_flight_count += 1
         self.message_count += 1
         frame = msg.frame()
         self._out.append(frame)
         self._out_len += len(frame)
 
-    def send_messages(self, channel: Channel, msgs: list[Message]) -> None:
-        """Put a window of messages in flight and buffer their frames (the flush's join
-        copies each body once)."""
-        count, size = channel.start_in_flight_many(msgs, self, self.nsqd.now(), self._out)
+    def send_messages(self, frames: list[bytes], count: int, size: int) -> None:
+        """Buffer a window of message frames its channel has put in flight to this client
+        (the flush's join copies each body once)."""
+        self._out.extend(frames)
         self._out_len += size
         self.in_flight_count += count
         self.message_count += count
@@ -640,6 +639,9 @@ class ClientV2(asyncio.Protocol):
             else:
                 self.transport.close()
 
+    def stats(self, topic_filter: str = "") -> dict[str, Any]:
+        return client_stats(self, topic_filter)
+
     def tls_stats(self) -> dict[str, Any]:
         return {
             "tls": self.tls,
@@ -658,3 +660,9 @@ class ClientV2(asyncio.Protocol):
             and self.ready_count > 0
             and self.in_flight_count < self.ready_count
         )
+
+
+if TYPE_CHECKING:
+
+    def _is_a_consumer(client: ClientV2) -> Consumer:
+        return client  # mypy checks here that ClientV2 satisfies the Consumer protocol

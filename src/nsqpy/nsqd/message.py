@@ -16,7 +16,7 @@ from ..protocol.message import (
 )
 
 if TYPE_CHECKING:
-    from .client_v2 import ClientV2
+    from .consumer import Consumer
     from .read_holds import Hold
 
 _new_message = object.__new__
@@ -51,7 +51,7 @@ class Message:
         self.timestamp = timestamp  # publish time, ns since the epoch; kept across requeues
         self.attempts = attempts
         self.deferred = 0.0  # seconds to defer, for DPUB and topic fan-out
-        self.client: ClientV2 | None = None  # owner while in flight
+        self.client: Consumer | None = None  # owner while in flight
         self.delivery_ts = 0.0  # monotonic seconds
         self.pri = 0.0  # in-flight deadline or deferred due time, monotonic seconds
         self.group: dict[bytes, Message] | None = None  # the in-flight group holding it

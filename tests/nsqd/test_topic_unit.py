@@ -1,0 +1,143 @@
+"""Topic in process (as Go's nsqd/topic_test.go): holding messages until a channel exists,
+fan-out of a copy to each channel, pausing, deferred publishes and deletion, with a clock the
+test moves and consumers that record what they were sent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from nsqpy.nsqd.message import Message
+from nsqpy.nsqd.nsqd import NSQD
+from nsqpy.nsqd.topic import Topic
+
+from .in_process_support import FakeClock, FakeConsumer, in_process_nsqd, loop_turns
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def nsqd(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NSQD]:
+    async with in_process_nsqd(tmp_path, clock) as daemon:
+        yield daemon
+
+
+@pytest.fixture
+def topic(nsqd: NSQD) -> Topic:
+    return nsqd.get_topic("orders")
+
+
+async def publish(topic: Topic, *bodies: bytes) -> list[Message]:
+    msgs = [topic.new_message(body) for body in bodies]
+    for msg in msgs:
+        topic.put_message(msg)
+    await loop_turns()
+    return msgs
+
+
+def ready_consumer(topic: Topic, channel_name: str, consumer_id: int) -> FakeConsumer:
+    consumer = FakeConsumer(consumer_id)
+    consumer.subscribe(topic.get_channel(channel_name))
+    consumer.rdy(100)
+    return consumer
+
+
+async def test_a_topic_without_channels_holds_messages_until_one_appears(topic: Topic) -> None:
+    msgs = await publish(topic, b"a", b"b", b"c")
+    assert topic.depth() == 3
+    assert topic.message_count == 3
+    channel = topic.get_channel("billing")
+    await loop_turns()
+    assert topic.depth() == 0
+    assert channel.depth() == 3
+    consumer = FakeConsumer(1)
+    consumer.subscribe(channel)
+    consumer.rdy(10)
+    assert [m.id for m in consumer.received] == [m.id for m in msgs]
+    assert consumer.bodies() == [b"a", b"b", b"c"]
+
+
+async def test_each_channel_gets_its_own_copy(topic: Topic, clock: FakeClock) -> None:
+    billing = ready_consumer(topic, "billing", 1)
+    audit = ready_consumer(topic, "audit", 2)
+    msgs = await publish(topic, b"a", b"b")
+    for consumer in (billing, audit):
+        assert [(m.id, m.body, m.attempts, m.timestamp) for m in consumer.received] == [
+            (msg.id, msg.body, 1, clock.wall) for msg in msgs
+        ]
+    billing_channel = topic.channels["billing"]
+    audit_channel = topic.channels["audit"]
+    assert billing_channel.in_flight[msgs[0].id] is not audit_channel.in_flight[msgs[0].id]
+    billing.req(msgs[0].id, 0)  # a retry on one channel is not seen by the other
+    assert [m.attempts for m in billing.received] == [1, 1, 2]
+    assert audit_channel.in_flight[msgs[0].id].attempts == 1
+    audit.fin(msgs[0].id)
+    assert msgs[0].id in billing_channel.in_flight
+
+
+async def test_copies_queued_in_several_channels_are_delivered_independently(
+    topic: Topic,
+) -> None:
+    billing_channel = topic.get_channel("billing")
+    audit_channel = topic.get_channel("audit")
+    (msg,) = await publish(topic, b"shared")
+    assert billing_channel.depth() == audit_channel.depth() == 1
+    billing = FakeConsumer(1)
+    billing.subscribe(billing_channel)
+    billing.rdy(1)
+    billing.req(msg.id, 0)  # raises this channel's attempts only
+    audit = FakeConsumer(2)
+    audit.subscribe(audit_channel)
+    audit.rdy(1)
+    assert [m.attempts for m in billing.received] == [1, 2]
+    assert [m.attempts for m in audit.received] == [1]
+
+
+async def test_a_paused_topic_holds_messages_until_unpaused(topic: Topic) -> None:
+    consumer = ready_consumer(topic, "billing", 1)
+    topic.pause()
+    await publish(topic, b"a", b"b")
+    assert consumer.received == []
+    assert topic.depth() == 2
+    topic.unpause()
+    await loop_turns()
+    assert consumer.bodies() == [b"a", b"b"]
+    assert topic.depth() == 0
+
+
+async def test_a_deferred_publish_waits_in_each_channel_for_the_clock(
+    nsqd: NSQD, topic: Topic, clock: FakeClock
+) -> None:
+    billing = ready_consumer(topic, "billing", 1)
+    audit = ready_consumer(topic, "audit", 2)
+    msg = topic.new_message(b"later")
+    msg.deferred = 3.0
+    topic.put_message(msg)
+    await loop_turns()
+    assert billing.received == audit.received == []
+    assert all(msg.id in channel.deferred for channel in topic.channels.values())
+    clock.advance(2.9)
+    nsqd.scan_queues()
+    assert billing.received == audit.received == []
+    clock.advance(0.2)
+    nsqd.scan_queues()
+    assert [(m.id, m.attempts) for m in billing.received] == [(msg.id, 1)]
+    assert [(m.id, m.attempts) for m in audit.received] == [(msg.id, 1)]
+
+
+async def test_deleting_a_channel_closes_its_consumers_and_keeps_the_others(
+    nsqd: NSQD, topic: Topic
+) -> None:
+    billing = ready_consumer(topic, "billing", 1)
+    audit = ready_consumer(topic, "audit", 2)
+    topic.delete_existing_channel("billing")
+    assert billing.closed
+    assert not audit.closed
+    await publish(topic, b"after")
+    assert billing.received == []
+    assert audit.bodies() == [b"after"]

@@ -38,6 +38,8 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqadmin, start_nsqd, start_nsqlookupd
 
+from ..raw_v2 import wait_until
+
 _names = itertools.count()
 
 
@@ -73,18 +75,6 @@ def api(
         return status, raw.decode("utf-8", "replace")
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 class Cluster:
     """One nsqlookupd and two nsqd registered with it."""
 
@@ -99,7 +89,11 @@ class Cluster:
                 self.nsqds.append(
                     start_nsqd(path, f"--lookupd-tcp-address=127.0.0.1:{self.lookupd.tcp_port}")
                 )
-            wait_for(lambda: len(self.lookupd_json("/nodes")["producers"]) == 2, what="nodes")
+            wait_until(
+                lambda: len(self.lookupd_json("/nodes")["producers"]) == 2,
+                what="nodes",
+                timeout=20.0,
+            )
         except BaseException:
             self.stop()
             raise
@@ -163,7 +157,7 @@ class Cluster:
             found = self.lookupd_json(f"/lookup?topic={topic}")
             return found is not None and len(found["producers"]) == producers
 
-        wait_for(check, what=f"{topic} registered on {producers} nsqd")
+        wait_until(check, what=f"{topic} registered on {producers} nsqd", timeout=20.0)
 
     def stop(self) -> None:
         for nsqd in self.nsqds:

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from .conftest import Cluster, QuietHandler, StartAdmin, api, http, serve_http, stop_http, wait_for
+from ..raw_v2 import wait_until
+from .conftest import Cluster, QuietHandler, StartAdmin, api, http, serve_http, stop_http
 
 OK = (200, {"message": ""})
 
@@ -116,11 +117,15 @@ def test_channel_pause_unpause_empty(cluster: Cluster, start_admin: StartAdmin, 
 
 def test_delete_channel_everywhere(cluster: Cluster, start_admin: StartAdmin) -> None:
     topic = spread(cluster, "delchan")
-    assert "c" in wait_for(lambda: lookupd_channels(cluster, topic), what="channel in lookupd")
+    assert "c" in wait_until(
+        lambda: lookupd_channels(cluster, topic), what="channel in lookupd", timeout=20.0
+    )
     admin = start_admin()
     assert api(admin, "DELETE", f"/api/topics/{topic}/c") == OK
     assert [cluster.channel_stats(n, topic, "c") for n in (0, 1)] == [None, None]
-    wait_for(lambda: "c" not in lookupd_channels(cluster, topic), what="channel gone")
+    wait_until(
+        lambda: "c" not in lookupd_channels(cluster, topic), what="channel gone", timeout=20.0
+    )
 
 
 def test_delete_topic_everywhere(cluster: Cluster, start_admin: StartAdmin) -> None:
@@ -128,7 +133,9 @@ def test_delete_topic_everywhere(cluster: Cluster, start_admin: StartAdmin) -> N
     admin = start_admin()
     assert api(admin, "DELETE", f"/api/topics/{topic}") == OK
     assert [cluster.topic_stats(n, topic) for n in (0, 1)] == [None, None]
-    wait_for(lambda: topic not in lookupd_topics(cluster), what="topic gone from lookupd")
+    wait_until(
+        lambda: topic not in lookupd_topics(cluster), what="topic gone from lookupd", timeout=20.0
+    )
 
 
 def test_tombstone_deletes_the_topic_on_that_node_only(
@@ -226,7 +233,7 @@ class Receiver:
         return f"http://127.0.0.1:{self.server.server_address[1]}/notify"
 
     def wait(self, count: int) -> list[dict[str, Any]]:
-        wait_for(lambda: len(self.bodies) >= count, what=f"{count} notifications")
+        wait_until(lambda: len(self.bodies) >= count, what=f"{count} notifications", timeout=20.0)
         return self.bodies[:count]
 
     def close(self) -> None:

@@ -24,8 +24,11 @@ from playwright.sync_api import Browser, expect
 from nsqpy.testing import DaemonProcess, start_nsqadmin, start_nsqd
 from tests.raw_v2 import NsqConn
 
+from ..raw_v2 import wait_until
 from .browser_support import PHONE, FakeGraphite, Watched, chromium, number
-from .conftest import Cluster, api, http, wait_for
+from .conftest import Cluster, api, http
+
+pytestmark = pytest.mark.browser
 
 expect.set_options(timeout=20_000)
 
@@ -135,7 +138,9 @@ def wait_polled(admin: DaemonProcess, topic: str, *channels: str) -> None:
         return status == 200 and bool(body["points"])
 
     queries = [f"topic={topic}"] + [f"topic={topic}&channel={c}" for c in channels]
-    wait_for(lambda: all(known(q) for q in queries), what=f"nsqadmin to poll {topic}")
+    wait_until(
+        lambda: all(known(q) for q in queries), what=f"nsqadmin to poll {topic}", timeout=20.0
+    )
 
 
 # --------------------------------------------------------------------------- read-only pages
@@ -267,17 +272,17 @@ def test_counter_counts_up_and_down(
         expect(digits).to_have_attribute("data-value", str(total))  # the animation arrived
         assert number(digits.inner_text().replace("\n", "")) == total
 
-    wait_for(lambda: counter_total(admin) > 0, what="the counter's first numbers")
+    wait_until(lambda: counter_total(admin) > 0, what="the counter's first numbers", timeout=20.0)
     shows(counter_total(admin))
     watched.screenshot("counter")
     before = counter_total(admin)
     # Deleting a channel takes its message_count away: the counter must go down (Go's stuck).
     assert cluster.nsqd_post(0, f"/channel/delete?topic={topic}&channel=b") == 200
-    wait_for(lambda: counter_total(admin) == before - 10, what="the total to drop")
+    wait_until(lambda: counter_total(admin) == before - 10, what="the total to drop", timeout=20.0)
     shows(before - 10)
     expect(page.locator("#counter-rate")).to_contain_text("went away")
     cluster.pub(topic, b"c", node=0, count=4)
-    wait_for(lambda: counter_total(admin) == before - 6, what="the total to rise")
+    wait_until(lambda: counter_total(admin) == before - 6, what="the total to rise", timeout=20.0)
     shows(before - 6)
 
 
@@ -301,9 +306,10 @@ def test_rates_appear_and_refresh_can_pause(
         page = watched.open("/")
         row = page.locator(f"tr[data-topic='{topic}']")
         row.wait_for()
-        wait_for(
+        wait_until(
             lambda: number(row.locator("[data-col=rate_in]").inner_text()) > 0,
             what="a msgs/s figure on the topics list",
+            timeout=20.0,
         )
         expect(row).to_have_class(re.compile("growing"))
         expect(page.locator("#backlog")).to_contain_text(topic)
@@ -313,20 +319,28 @@ def test_rates_appear_and_refresh_can_pause(
 
         page = watched.open(f"/topics/{topic}")
         rate_in = page.locator(".stat[data-stat=rate_in] .value")
-        wait_for(lambda: number(rate_in.inner_text()) > 0, what="msgs/s in on the topic page")
+        wait_until(
+            lambda: number(rate_in.inner_text()) > 0,
+            what="msgs/s in on the topic page",
+            timeout=20.0,
+        )
         expect(page.locator(".stat[data-stat=queued] svg polyline")).to_have_count(1)
         channel_rate = page.locator("#channels tr[data-channel=sink] [data-col=rate_in]")
-        wait_for(lambda: number(channel_rate.inner_text()) > 0, what="a channel's msgs/s")
+        wait_until(
+            lambda: number(channel_rate.inner_text()) > 0, what="a channel's msgs/s", timeout=20.0
+        )
 
         page = watched.open(f"/topics/{topic}/sink")
-        wait_for(
+        wait_until(
             lambda: number(page.locator(".stat[data-stat=rate_in] .value").inner_text()) > 0,
             what="msgs/s in on the channel page",
+            timeout=20.0,
         )
         page = watched.open(f"/nodes/{cluster.nsqd_address(0)}")
-        wait_for(
+        wait_until(
             lambda: number(page.locator(".stat[data-stat=rate_in] .value").inner_text()) > 0,
             what="msgs/s in on the node page",
+            timeout=20.0,
         )
 
         # The page refreshes itself; Pause stops that, Resume starts it again.
@@ -370,7 +384,9 @@ def test_channel_actions_through_buttons(
 
     page.click("button[data-action=pause]")
     watched.confirm(f"{topic}/work")
-    wait_for(lambda: on_both("paused", True), what="the channel paused on both nsqd")
+    wait_until(
+        lambda: on_both("paused", True), what="the channel paused on both nsqd", timeout=20.0
+    )
     expect(page.locator("button[data-action=unpause]")).to_have_text("UnPause Channel")
 
     # A Cancel changes nothing.
@@ -382,17 +398,19 @@ def test_channel_actions_through_buttons(
     page.locator("dialog.confirm").wait_for()
     watched.screenshot("confirm-empty", full_page=False)
     watched.confirm(f"{topic}/work", "10 messages (10 in memory + 0 on disk)", "will be lost")
-    wait_for(lambda: on_both("depth", 0), what="the channel emptied on both nsqd")
+    wait_until(lambda: on_both("depth", 0), what="the channel emptied on both nsqd", timeout=20.0)
 
     page.click("button[data-action=unpause]")
     watched.confirm(f"{topic}/work")
-    wait_for(lambda: on_both("paused", False), what="the channel unpaused")
+    wait_until(lambda: on_both("paused", False), what="the channel unpaused", timeout=20.0)
     expect(page.locator("button[data-action=pause]")).to_have_text("Pause Channel")
 
     page.click("button[data-action=delete]")
     watched.confirm(f"{topic}/work", "0 messages")
     page.wait_for_url(re.compile(f"/topics/{topic}$"))
-    wait_for(lambda: on_both("depth", None), what="the channel deleted on both nsqd")
+    wait_until(
+        lambda: on_both("depth", None), what="the channel deleted on both nsqd", timeout=20.0
+    )
 
 
 def test_topic_actions_through_buttons(
@@ -412,16 +430,16 @@ def test_topic_actions_through_buttons(
 
     page.click("button[data-action=pause]")
     watched.confirm(topic)
-    wait_for(lambda: on_both("paused", True), what="the topic paused on both nsqd")
+    wait_until(lambda: on_both("paused", True), what="the topic paused on both nsqd", timeout=20.0)
     expect(page.locator("#topic-nodes tr[data-node]").first).to_contain_text("paused")
     page.click("button[data-action=unpause]")
     watched.confirm(topic)
-    wait_for(lambda: on_both("paused", False), what="the topic unpaused")
+    wait_until(lambda: on_both("paused", False), what="the topic unpaused", timeout=20.0)
 
     expect(page.locator("#topic-nodes tr.total td").nth(1)).to_have_text("10")
     page.click("button[data-action=empty]")
     watched.confirm(topic, "10 messages", "will be lost")
-    wait_for(lambda: on_both("depth", 0), what="the topic emptied")
+    wait_until(lambda: on_both("depth", 0), what="the topic emptied", timeout=20.0)
 
     # Tombstone: the dialog names the topic, the node and what is lost there.
     cluster.pub(topic, b"t", node=1, count=3)
@@ -430,12 +448,20 @@ def test_topic_actions_through_buttons(
     expect(row.locator("td").nth(1)).to_have_text("3")
     row.locator("button[data-action=tombstone]").click()
     watched.confirm(topic, address, "3 messages")
-    wait_for(lambda: cluster.topic_stats(1, topic) is None, what="the topic deleted on nsqd #1")
+    wait_until(
+        lambda: cluster.topic_stats(1, topic) is None,
+        what="the topic deleted on nsqd #1",
+        timeout=20.0,
+    )
 
     page.click("button[data-action=delete]")
     watched.confirm(topic, "will be lost")
     page.wait_for_url(re.compile(r"/$"))
-    wait_for(lambda: cluster.topic_stats(0, topic) is None, what="the topic deleted on nsqd #0")
+    wait_until(
+        lambda: cluster.topic_stats(0, topic) is None,
+        what="the topic deleted on nsqd #0",
+        timeout=20.0,
+    )
 
 
 def test_node_page_tombstones_a_topic_through_its_button(
@@ -451,7 +477,11 @@ def test_node_page_tombstones_a_topic_through_its_button(
     page = watched.open(f"/nodes/{address}")
     page.locator(f"tr[data-topic='{topic}'] button[data-action=tombstone]").click()
     watched.confirm(topic, address, "2 messages")
-    wait_for(lambda: cluster.topic_stats(1, topic) is None, what="the topic deleted on nsqd #1")
+    wait_until(
+        lambda: cluster.topic_stats(1, topic) is None,
+        what="the topic deleted on nsqd #1",
+        timeout=20.0,
+    )
     assert cluster.topic_stats(0, topic) is not None  # only on that node
 
 
@@ -489,12 +519,16 @@ def test_lookup_page_creates_and_deletes_with_confirmation(
     assert channels() == ["billing"]
     page.click(delete_channel)
     watched.confirm(f"{topic}/billing", "no queued messages are lost")
-    wait_for(lambda: channels() == [], what="the channel gone from lookupd")
+    wait_until(lambda: channels() == [], what="the channel gone from lookupd", timeout=20.0)
     expect(item).not_to_contain_text("billing")
 
     page.click(f"button[data-delete-topic='{topic}']:not([data-delete-channel])")
     watched.confirm(topic)
-    wait_for(lambda: topic not in cluster.lookupd_json("/topics")["topics"], what="topic gone")
+    wait_until(
+        lambda: topic not in cluster.lookupd_json("/topics")["topics"],
+        what="topic gone",
+        timeout=20.0,
+    )
     expect(item).to_have_count(0)
 
 
@@ -660,9 +694,10 @@ def test_e2e_latency_columns_and_durations(
             expect(header).to_contain_text("99th")
             expect(header).to_contain_text("50th")
             latency = page.locator("#topic-nodes tr.total td").nth(5)
-            wait_for(
+            wait_until(
                 lambda: re.fullmatch(r"[\d.]+(ns|us|ms|s)", latency.inner_text().strip()),
                 what="an E2E latency in the topic's Total row",
+                timeout=20.0,
             )
             page = watched.open("/topics/timed/done")
             expect(page.locator("#channel-nodes")).to_contain_text("E2E Processing Latency")
@@ -782,7 +817,11 @@ def test_pages_of_a_topic_the_poller_has_not_met_log_no_error(
     unpolled = admin_for(cluster, "--poll-interval=1h")
     watched = Watched(browser, unpolled.http_url)
     try:
-        wait_for(lambda: api(unpolled, "GET", "/api/overview")[1]["updated_at"], what="a poll")
+        wait_until(
+            lambda: api(unpolled, "GET", "/api/overview")[1]["updated_at"],
+            what="a poll",
+            timeout=20.0,
+        )
         topic = cluster.new_topic("unmet")
         make_channels(cluster, topic, 0, "fresh")
         cluster.pub(topic, b"u", node=0, count=3)
@@ -842,7 +881,9 @@ def test_channel_page_shows_what_nsqd_inspection_lists(
         consumer.rdy(1)
         for _ in range(2):  # attempt 2 is the last allowed: its REQ dead-letters it
             consumer.req(consumer.expect_message().id, 0)
-        wait_for(lambda: channel_now().get("dead_letter_count") == 1, what="a dead letter")
+        wait_until(
+            lambda: channel_now().get("dead_letter_count") == 1, what="a dead letter", timeout=20.0
+        )
         # Published over HTTP: this connection has RDY 1 and receives the first one.
         publish(f"/pub?topic={topic}&defer=600000", b'{"order": 99, "retry": "tomorrow"}')
         orders = [b'{"order": %d, "total": %d.50}' % (n, n * 10) for n in range(1, 4)]

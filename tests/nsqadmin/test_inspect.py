@@ -23,8 +23,8 @@ from nsqpy.nsqd.inspect import AUTH_SECRET_HEADER as NSQD_AUTH_SECRET_HEADER
 from nsqpy.testing import DaemonProcess, start_nsqd
 
 from ..nsqd.nsqd_transport_support import AuthServer
-from ..raw_v2 import NsqConn
-from .conftest import Cluster, StartAdmin, api, http, wait_for
+from ..raw_v2 import NsqConn, wait_until
+from .conftest import Cluster, StartAdmin, api, http
 
 
 @pytest.fixture
@@ -193,7 +193,7 @@ def test_dead_lettering_figures_on_the_channel(
         def dead() -> int:
             return int(api(admin, "GET", f"/api/topics/{topic}/c")[1]["dead_letter_count"])
 
-        wait_for(lambda: dead() == 1, what="the message to be dead-lettered")
+        wait_until(lambda: dead() == 1, what="the message to be dead-lettered", timeout=20.0)
     finally:
         consumer.close()
     status, plain = api(admin, "GET", f"/api/topics/{cluster.new_topic('x')}/c")

@@ -9,7 +9,8 @@ import pytest
 
 from tests.raw_v2 import NsqConn
 
-from .conftest import Cluster, StartAdmin, api, wait_for
+from ..raw_v2 import wait_until
+from .conftest import Cluster, StartAdmin, api
 from .test_actions import Receiver
 
 OK = (200, {"message": ""})
@@ -61,7 +62,11 @@ def test_kick_closes_that_client_only_and_notifies(
     body = {"action": "kick", "node": node, "remote_address": row["remote_address"]}
     assert api(admin, "POST", f"/api/topics/{topic}/c/clients", body) == OK
     target.expect_closed()
-    wait_for(lambda: client_ids(cluster, 1, topic, "c") == ["neighbour"], what="target gone")
+    wait_until(
+        lambda: client_ids(cluster, 1, topic, "c") == ["neighbour"],
+        what="target gone",
+        timeout=20.0,
+    )
     assert on_zero.is_open() and neighbour.is_open()
     (note,) = receiver.wait(1)
     assert note["action"] == "kick_client"

@@ -11,8 +11,11 @@ from playwright.sync_api import Browser, expect
 from nsqpy.testing import DaemonProcess
 from tests.raw_v2 import ConnectionClosed, NsqConn
 
+from ..raw_v2 import wait_until
 from .browser_support import Watched, chromium
-from .conftest import Cluster, StartAdmin, wait_for
+from .conftest import Cluster, StartAdmin
+
+pytestmark = pytest.mark.browser
 
 expect.set_options(timeout=20_000)
 
@@ -48,7 +51,7 @@ def test_kick_button_disconnects_the_client_and_requeues(
     for _ in range(3):
         stuck.expect_message()
     channel = lambda: cluster.channel_stats(0, topic, "jobs")  # noqa: E731
-    wait_for(lambda: channel()["in_flight_count"] == 3, what="3 messages in flight")
+    wait_until(lambda: channel()["in_flight_count"] == 3, what="3 messages in flight", timeout=20.0)
     admin: DaemonProcess = start_admin()
     watched = Watched(browser, admin.http_url)
     try:
@@ -67,7 +70,7 @@ def test_kick_button_disconnects_the_client_and_requeues(
         expect(page.locator("#toast")).to_contain_text(f"Kicked client {address} off {node}.")
         assert channel()["clients"] == []
         # As on any disconnect: requeued when their timeout fires, and deliverable again.
-        wait_for(
+        wait_until(
             lambda: channel()["timeout_count"] == 3, timeout=30, what="the 3 in-flight requeued"
         )
         after = channel()

@@ -10,7 +10,8 @@ from pathlib import Path
 from nsqpy.pipeline.local import LocalNSQ
 from nsqpy.testing import preferred_port
 
-from .conftest import http, wait_for
+from ..raw_v2 import wait_until
+from .conftest import http
 
 
 def test_preferred_port_falls_back_when_taken() -> None:
@@ -30,7 +31,9 @@ def test_local_cluster_with_nsqadmin(tmp_path: Path) -> None:
             assert status == 200
             return [f"{n['broadcast_address']}:{n['http_port']}" for n in json.loads(body)["nodes"]]
 
-        assert wait_for(lambda: nodes() == nsq.nsqd_http, what="the nsqd listed by nsqadmin")
+        assert wait_until(
+            lambda: nodes() == nsq.nsqd_http, what="the nsqd listed by nsqadmin", timeout=20.0
+        )
         procs = [nsq.admin.proc, nsq.lookupd.proc, *(n.proc for n in nsq.nsqds)]
     assert all(p is not None and p.poll() is not None for p in procs)  # all stopped
     logs = tmp_path / "logs"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import Cluster, StartAdmin, http, wait_for
+from ..raw_v2 import wait_until
+from .conftest import Cluster, StartAdmin, http
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -30,7 +31,7 @@ def test_cluster_gauges(cluster: Cluster, start_admin: StartAdmin) -> None:
         key = ("nsqadmin_channel_depth", (("channel", "c"), ("topic", topic)))
         return samples if samples.get(key) == 7 else None
 
-    samples = wait_for(seen, what="the channel in /metrics")
+    samples = wait_until(seen, what="the channel in /metrics", timeout=20.0)
     labels = (("topic", topic),)
     assert samples[("nsqadmin_topic_channel_depth", labels)] == 7
     assert samples[("nsqadmin_topic_message_count", labels)] == 7

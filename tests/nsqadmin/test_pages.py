@@ -14,7 +14,8 @@ import pytest
 
 from nsqpy.testing import DaemonProcess
 
-from .conftest import Cluster, FakeGraphite, StartAdmin, api, http, wait_for
+from ..raw_v2 import wait_until
+from .conftest import Cluster, FakeGraphite, StartAdmin, api, http
 
 TEMPLATE = "<html><script>window.NSQADMIN = __NSQADMIN_CONFIG__;</script></html>\n"
 PAGES = ["/", "/topics", "/topics/t", "/topics/t/c", "/nodes", "/nodes/h:1", "/counter", "/lookup"]
@@ -165,7 +166,7 @@ def test_malformed_asset_paths_are_not_found_and_logged_escaped(
     assert raw_get(admin, b"/static/js/app.js" if not dev else b"/static/app.js")[0].endswith(
         b"200 OK"
     )
-    wait_for(lambda: "404 GET /static/js/..%2f" in admin.log, what="the access log")
+    wait_until(lambda: "404 GET /static/js/..%2f" in admin.log, what="the access log", timeout=20.0)
     assert "404 GET /static/%00 " in admin.log
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", admin.log), ascii(admin.log)
     assert "forged" not in admin.log.replace("%20forged", "")

@@ -11,8 +11,8 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from ..raw_v2 import NsqConn
-from .conftest import Cluster, StartAdmin, api, http, wait_for
+from ..raw_v2 import NsqConn, wait_until
+from .conftest import Cluster, StartAdmin, api, http
 
 TOPIC_ROW_KEYS = [
     "topic_name",
@@ -47,7 +47,9 @@ def test_overview_shape(cluster: Cluster, start_admin: StartAdmin) -> None:
     cluster.pub(topic, b"m", 0, 4)
     cluster.wait_registered(topic, 1)
     admin = start_admin()
-    row = wait_for(lambda: overview_row(admin, topic), what="the topic in the overview")
+    row = wait_until(
+        lambda: overview_row(admin, topic), what="the topic in the overview", timeout=20.0
+    )
     status, body = api(admin, "GET", "/api/overview")
     assert status == 200
     assert list(body) == ["updated_at", "poll_interval_ms", "nodes", "lookupd", "topics", "message"]
@@ -67,7 +69,9 @@ def test_topic_known_only_to_lookupd_is_listed(cluster: Cluster, start_admin: St
     topic = cluster.new_topic("lonely")
     assert http(f"{cluster.lookupd.http_url}/topic/create?topic={topic}", "POST")[0] == 200
     admin = start_admin()
-    row = wait_for(lambda: overview_row(admin, topic), what="the lookupd-only topic")
+    row = wait_until(
+        lambda: overview_row(admin, topic), what="the lookupd-only topic", timeout=20.0
+    )
     assert (row["producer_count"], row["message_count"], row["channel_count"]) == (0, 0, 0)
 
 
@@ -131,7 +135,7 @@ def test_growing_backlog_has_a_positive_trend(cluster: Cluster, start_admin: Sta
         row = overview_row(admin, topic)
         return float(row["depth_trend"]) if row is not None else 0.0
 
-    assert wait_for(lambda: trend() > 0, what="a positive depth trend")
+    assert wait_until(lambda: trend() > 0, what="a positive depth trend", timeout=20.0)
 
 
 def test_history_of_a_series_not_polled_yet_is_empty(
@@ -140,7 +144,11 @@ def test_history_of_a_series_not_polled_yet_is_empty(
     # The browser asks for a topic's history as soon as it shows the topic; an answer of 404
     # for one the poller has not met yet was logged as an error by the browser.
     admin = start_admin()
-    wait_for(lambda: api(admin, "GET", "/api/overview")[1]["updated_at"], what="a first poll")
+    wait_until(
+        lambda: api(admin, "GET", "/api/overview")[1]["updated_at"],
+        what="a first poll",
+        timeout=20.0,
+    )
     missing = cluster.new_topic("missing")
     empty = (200, {"interval_ms": 200, "points": []})
     assert api(admin, "GET", f"/api/history?topic={missing}") == empty
@@ -225,7 +233,7 @@ def test_one_nsqd_down_is_a_warning_not_a_gap(
         nodes = api(admin, "GET", "/api/overview")[1]["nodes"]
         return nodes if nodes["reachable"] == 1 else None
 
-    nodes = wait_for(overview_sees_it, what="the overview to count the node down")
+    nodes = wait_until(overview_sees_it, what="the overview to count the node down", timeout=20.0)
     assert nodes["total"] == 2
     assert [u["address"] for u in nodes["unreachable"]] == [doomed]
     assert "connection refused" in nodes["unreachable"][0]["error"]
@@ -236,7 +244,11 @@ def test_one_poll_is_one_stats_request_per_nsqd(
 ) -> None:
     address = f"127.0.0.1:{doomed_nsqd.http_port}"
     admin = start_admin(f"--nsqd-http-address={address}", "--poll-interval=250ms", mode="none")
-    wait_for(lambda: api(admin, "GET", "/api/overview")[1]["updated_at"], what="a first poll")
+    wait_until(
+        lambda: api(admin, "GET", "/api/overview")[1]["updated_at"],
+        what="a first poll",
+        timeout=20.0,
+    )
     started = time.monotonic()
     before = doomed_nsqd.log.count("GET /stats?format=json&include_clients=false")
     time.sleep(2.0)
@@ -300,11 +312,11 @@ def test_a_backlog_that_stopped_growing_stops_being_flagged(
         time.sleep(0.1)
         return trend()
 
-    wait_for(lambda: fill() > 0, what="a positive depth trend while filling")
+    wait_until(lambda: fill() > 0, what="a positive depth trend while filling", timeout=20.0)
     stopped = time.monotonic()
     # TREND_POLLS polls of 200 ms: the flag goes within ~2.4 s (generous on a loaded machine),
     # while the first, empty point stays in the 360-point history for 72 s.
-    wait_for(lambda: trend() == 0.0, timeout=30, what="the trend to go flat after filling")
+    wait_until(lambda: trend() == 0.0, timeout=30, what="the trend to go flat after filling")
     assert time.monotonic() - stopped < 30
     status, history = api(admin, "GET", f"/api/history?topic={topic}")
     assert status == 200

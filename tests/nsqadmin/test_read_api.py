@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ..raw_v2 import NsqConn
-from .conftest import Cluster, StartAdmin, api, http, wait_for
+from ..raw_v2 import NsqConn, wait_until
+from .conftest import Cluster, StartAdmin, api, http
 
 MODES = ["lookupd", "nsqd"]
 HOSTNAME = socket.gethostname()
@@ -363,4 +363,4 @@ def test_all_lookupd_down_is_a_502(start_admin: StartAdmin) -> None:
     assert body["message"].startswith(
         'UPSTREAM_ERROR: failed to query any nsqlookupd: Get "http://127.0.0.1:1/topics"'
     )
-    wait_for(lambda: "failed to get topics" in admin.log, what="the error log line")
+    wait_until(lambda: "failed to get topics" in admin.log, what="the error log line", timeout=20.0)

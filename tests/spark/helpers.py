@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import urllib.request
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,8 @@ import pyarrow.dataset as ds
 
 from nsqpy.client import sync
 from nsqpy.testing import DaemonProcess
+
+from ..raw_v2 import wait_until
 
 
 def tcp(daemon: DaemonProcess) -> str:
@@ -50,10 +50,6 @@ class NSQCluster:
         }
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-
 def post(daemon: DaemonProcess, path: str, **params: str) -> None:
     query = urllib.parse.urlencode(params)
     request = urllib.request.Request(f"{daemon.http_url}{path}?{query}", method="POST")
@@ -67,7 +63,11 @@ def make_topic(cluster: NSQCluster, topic: str, channel: str | None = None) -> N
         post(nsqd, "/topic/create", topic=topic)
         if channel is not None:
             post(nsqd, "/channel/create", topic=topic, channel=channel)
-    wait_for(lambda: len(lookup(cluster, topic)) == len(cluster.nsqds), what="lookupd listing")
+    wait_until(
+        lambda: len(lookup(cluster, topic)) == len(cluster.nsqds),
+        what="lookupd listing",
+        timeout=20.0,
+    )
 
 
 def lookup(cluster: NSQCluster, topic: str) -> list[Any]:
@@ -117,14 +117,6 @@ def depth(cluster: NSQCluster, topic: str, name: str) -> int:
 
 def in_flight(cluster: NSQCluster, topic: str, name: str) -> int:
     return sum(int(channel(n, topic, name).get("in_flight_count", 0)) for n in cluster.nsqds)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def committed_files(path: Path) -> list[str]:

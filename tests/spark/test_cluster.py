@@ -17,7 +17,8 @@ import pytest
 
 from nsqpy.pipeline.standalone import StandaloneSpark, spark_env
 
-from .helpers import NSQCluster, make_topic, parquet_rows, publish_numbered, unique
+from ..raw_v2 import unique
+from .helpers import NSQCluster, make_topic, parquet_rows, publish_numbered
 
 # Spark start-up and streaming queries: more than the suite's default per-test limit
 pytestmark = pytest.mark.timeout(300)

@@ -22,7 +22,8 @@ from nsqpy.spark.staging import Staging
 from nsqpy.testing import DaemonProcess, start_nsqd
 from nsqpy.testing.certs import make_certificates
 
-from .helpers import NSQCluster, channel, consume_all, post, publish, tcp, unique, wait_for
+from ..raw_v2 import unique, wait_until
+from .helpers import NSQCluster, channel, consume_all, post, publish, tcp
 
 CHANNEL = "spark"
 
@@ -140,7 +141,7 @@ def test_crash_between_staging_and_fin_redelivers_the_same_ids(
 
     # the retry replays the staged rows; nsqd redelivers the same messages after msg_timeout
     assert fetch_task(task, opts, staging).equals(staged)
-    wait_for(lambda: channel(nsqd, topic, CHANNEL)["depth"] == 25, timeout=10, what="timeouts")
+    wait_until(lambda: channel(nsqd, topic, CHANNEL)["depth"] == 25, timeout=10, what="timeouts")
     plain = options(nsqd, topic, tmp_path / "st")
     redelivered = fetch_task(ReadTask("t2-a-r0", 2, topic, tcp(nsqd), 25), plain, staging)
     assert sorted(redelivered.column("id").to_pylist()) == sorted(staged.column("id").to_pylist())
@@ -162,7 +163,7 @@ def test_poison_policy(cluster: NSQCluster, tmp_path: Path, policy: str) -> None
     first = options(nsqd, topic, tmp_path, _faultInjection=crash, **{"nsq.msg_timeout": "1s"})
     with pytest.raises(FaultInjected):
         fetch_task(ReadTask("t1-a-r0", 1, topic, tcp(nsqd), 6), first, staging)
-    wait_for(lambda: channel(nsqd, topic, CHANNEL)["depth"] == 6, timeout=10, what="timeouts")
+    wait_until(lambda: channel(nsqd, topic, CHANNEL)["depth"] == 6, timeout=10, what="timeouts")
 
     extra = {"maxAttempts": "1", "poisonPolicy": policy, "nsq.msg_timeout": "1s"}
     if policy == "deadletter":
@@ -173,7 +174,9 @@ def test_poison_policy(cluster: NSQCluster, tmp_path: Path, policy: str) -> None
         with pytest.raises(PoisonMessageError, match="delivered 2 times"):
             fetch_task(task, opts, staging)
         assert staging.load(task.key) is None
-        wait_for(lambda: channel(nsqd, topic, CHANNEL)["depth"] == 6, what="requeue")
+        wait_until(
+            lambda: channel(nsqd, topic, CHANNEL)["depth"] == 6, what="requeue", timeout=20.0
+        )
         return
     table = fetch_task(task, opts, staging)
     assert table.num_rows == 0  # none is staged for the query

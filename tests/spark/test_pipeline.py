@@ -14,7 +14,8 @@ from nsqpy.client.sync import ConsumeTimeout
 from nsqpy.pipeline.cli import build_parser
 from nsqpy.pipeline.jobs import SourceConfig, Trigger, aggregate_query
 
-from .helpers import NSQCluster, consume_all, make_topic, publish, unique
+from ..raw_v2 import unique
+from .helpers import NSQCluster, consume_all, make_topic, publish
 
 # Spark start-up and streaming queries: more than the suite's default per-test limit
 pytestmark = pytest.mark.timeout(300)

@@ -15,8 +15,8 @@ from nsqpy.spark.plan import read_tasks
 from nsqpy.spark.source import FULL_SCHEMA, NSQPartition, NSQStreamReader
 from nsqpy.spark.staging import StagingError
 
-from ..raw_v2 import NsqConn
-from .helpers import NSQCluster, depth, make_topic, post, publish, tcp, unique, wait_for
+from ..raw_v2 import NsqConn, unique, wait_until
+from .helpers import NSQCluster, depth, make_topic, post, publish, tcp
 
 CHANNEL = "spark"
 
@@ -138,7 +138,11 @@ def test_available_now_comes_back_for_what_a_batch_could_not_read(
     _hold_in_flight(cluster.nsqds[0], topic, 40, msg_timeout_ms=1000)
     parts = [p for p in stream.partitions(start, first) if isinstance(p, NSQPartition)]
     assert sum(b.num_rows for p in parts for b in stream.read(p)) == 60
-    wait_for(lambda: depth(cluster, topic, CHANNEL) == 40, what="the held messages' timeout")
+    wait_until(
+        lambda: depth(cluster, topic, CHANNEL) == 40,
+        what="the held messages' timeout",
+        timeout=20.0,
+    )
     assert _drain_available_now(stream, first) == [40]
 
 

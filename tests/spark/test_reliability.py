@@ -19,16 +19,8 @@ from pyspark.sql.streaming import StreamingQuery
 from nsqpy.pipeline.jobs import SourceConfig, Trigger, archive_query
 from nsqpy.testing import start_nsqd
 
-from .helpers import (
-    NSQCluster,
-    depth,
-    in_flight,
-    make_topic,
-    parquet_rows,
-    publish_numbered,
-    unique,
-    wait_for,
-)
+from ..raw_v2 import unique, wait_until
+from .helpers import NSQCluster, depth, in_flight, make_topic, parquet_rows, publish_numbered
 
 # Spark start-up and streaming queries: more than the suite's default per-test limit
 pytestmark = pytest.mark.timeout(300)
@@ -146,21 +138,21 @@ def drive(
     first = run_archive(spark, cluster, topic, tmp_path, first_faults, live, dedupe=dedupe)
     publisher.start()
     publisher.halfway.wait(60)
-    wait_for(lambda: input_rows(first) > 500, timeout=90, what="first run progress")
+    wait_until(lambda: input_rows(first) > 500, timeout=90, what="first run progress")
     first.stop()  # mid-stream: the running batch is interrupted and replanned on restart
     assert first.exception() is None
 
     second = run_archive(spark, cluster, topic, tmp_path, second_faults, live, dedupe=dedupe)
     publisher.join(60)
     assert publisher.error is None and publisher.published == TOTAL
-    wait_for(lambda: input_rows(second) > 0, timeout=90, what="second run progress")
+    wait_until(lambda: input_rows(second) > 0, timeout=90, what="second run progress")
     second.stop()
     assert second.exception() is None
 
     # crashed deliveries come back after msg_timeout: drain until the channel is empty
     queries = [first, second]
     for _ in range(10):
-        wait_for(lambda: in_flight(cluster, topic, CHANNEL) == 0, timeout=30, what="timeouts")
+        wait_until(lambda: in_flight(cluster, topic, CHANNEL) == 0, timeout=30, what="timeouts")
         drain = run_archive(
             spark,
             cluster,
@@ -260,9 +252,9 @@ def test_an_nsqd_restarting_mid_stream_loses_nothing(
             trigger=Trigger("200 milliseconds"),
         )
         try:
-            wait_for(lambda: input_rows(query) >= 600, timeout=90, what="progress")
+            wait_until(lambda: input_rows(query) >= 600, timeout=90, what="progress")
             nsqds[1].restart()  # SIGTERM: nsqd persists its queue, then a new process
-            wait_for(
+            wait_until(
                 lambda: len(parquet_rows(tmp_path / "out")) >= TOTAL,
                 timeout=120,
                 what="every message archived",

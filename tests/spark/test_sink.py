@@ -10,17 +10,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from .helpers import (
-    NSQCluster,
-    channel,
-    consume_all,
-    depth,
-    make_topic,
-    publish_numbered,
-    tcp,
-    unique,
-    wait_for,
-)
+from ..raw_v2 import unique, wait_until
+from .helpers import NSQCluster, channel, consume_all, depth, make_topic, publish_numbered, tcp
 
 CHECK = "check"
 
@@ -65,7 +56,7 @@ def test_topic_and_defer_ms_columns(spark: SparkSession, cluster: NSQCluster) ->
         channel(n, t, CHECK)["deferred_count"] for n in cluster.nsqds for t in (first, second)
     )
     assert deferred == 4  # rows 0-3 went out with DPUB
-    wait_for(
+    wait_until(
         lambda: depth(cluster, first, CHECK) + depth(cluster, second, CHECK) == 10,
         timeout=20,
         what="deferred messages",

@@ -10,17 +10,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .helpers import (
-    NSQCluster,
-    depth,
-    http,
-    make_topic,
-    publish,
-    publish_numbered,
-    tcp,
-    unique,
-    wait_for,
-)
+from ..raw_v2 import unique, wait_until
+from .helpers import NSQCluster, depth, http, make_topic, publish, publish_numbered, tcp
 
 CHANNEL = "spark"
 
@@ -83,9 +74,9 @@ def test_processing_time_stream_follows_new_messages(
     )
     try:
         publish_numbered(cluster, topic, 0, 50)
-        wait_for(lambda: spark.table(topic).count() == 50, timeout=60, what="first 50")
+        wait_until(lambda: spark.table(topic).count() == 50, timeout=60, what="first 50")
         publish_numbered(cluster, topic, 50, 70)
-        wait_for(lambda: spark.table(topic).count() == 120, timeout=60, what="all 120")
+        wait_until(lambda: spark.table(topic).count() == 120, timeout=60, what="all 120")
     finally:
         query.stop()
     bodies = sorted(r.body for r in spark.table(topic).collect())

@@ -122,7 +122,7 @@ def client_stats(client: ClientV2, topic_filter: str = "") -> dict[str, Any]:
 def channel_stats(nsqd: NSQD, channel: Channel, include_clients: bool) -> dict[str, Any]:
     clients = None
     if include_clients:
-        clients = [client_stats(c) for c in sorted(channel.clients.values(), key=lambda c: c.id)]
+        clients = [c.stats() for c in sorted(channel.clients.values(), key=lambda c: c.id)]
     quantiles = nsqd.options.e2e_processing_latency_percentiles
     e2e = [channel.e2e] if channel.e2e is not None else []
     stats = {

@@ -95,7 +95,8 @@ def test_plain_file_holds_each_body_and_a_newline(
     bodies = [b"first", b"with\rcarriage", b"\x00\xff binary", "ünïcode".encode(), b"last"]
     publish(nsqd, topic, *bodies)
     archiver = start_archiver(tool, nsqd, topic, f"--output-dir={tmp_path}")
-    wait_until(lambda: archived(nsqd, topic), what="archived", timeout=30.0)
+    # nsq_to_file FINs what it has synced: with no --sync-interval, after its default 30 s
+    wait_until(lambda: archived(nsqd, topic), what="archived", timeout=60.0)
     stop(archiver)
     # one file, or two when the run straddles an hour (the default <DATETIME> is the hour)
     paths = files(tmp_path)

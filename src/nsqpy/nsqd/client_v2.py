@@ -494,7 +494,7 @@ class ClientV2(asyncio.Protocol):
         self._send_frame(encode_response(data))
 
     def send_error(self, err: ProtocolError) -> None:
-        self.nsqd.writes.log_client_error(self.remote_address, err)  # faults (issue 14): summarised
+        self.nsqd.writes.log_client_error(self.remote_address, err)  # a failing disk: summarised
         self._send_frame(encode_error(err.to_bytes()))
         if err.fatal:
             self.flush()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from ..protocol import (
@@ -115,6 +116,9 @@ class ClientV2(asyncio.Protocol):
         self._reading = True
         self._line_too_long = False
         self._eof = False
+        #: when this connection's current turn ends (perf_counter): a handler whose work
+        #: outlasts it continues on later turns
+        self.turn_deadline = 0.0
         self._task: asyncio.Task[None] | None = None
         self._parser = CommandParser(opts.max_msg_size, opts.max_body_size, fin_runs=True)
         self._magic = b""
@@ -198,7 +202,7 @@ class ClientV2(asyncio.Protocol):
         """Run the input received so far for at most one turn's budget; the rest waits for a
         later loop turn, the socket not read meanwhile, so every other connection is served
         in between (one event loop serves them all)."""
-        deadline = time.perf_counter() + TURN_BUDGET
+        deadline = self.turn_deadline = time.perf_counter() + TURN_BUDGET
         while True:
             commands = self._next_commands()
             if commands is None:
@@ -281,14 +285,24 @@ class ClientV2(asyncio.Protocol):
         return data[need:]
 
     def _run_batch(self, commands: list[Command]) -> None:
+        with self.batch():
+            self._exec_all(commands)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Frames sent inside leave together at its end, in one write."""
         self._in_batch = True
         try:
-            self._exec_all(commands)
+            yield
         finally:
             self._in_batch = False
             self._response_at = None
         if self._must_flush and not self._closed:
             self.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def eof_received(self) -> bool:
         """The peer finished sending: once everything it sent has run, report a command cut
@@ -364,6 +378,7 @@ class ClientV2(asyncio.Protocol):
             self.send_response(response)
         self._suspended = False
         rest, self._stash = self._stash, []
+        self.turn_deadline = time.perf_counter() + TURN_BUDGET
         self._run_batch(rest)
         if not self._closed and not self._input_waits():
             self._run_input()

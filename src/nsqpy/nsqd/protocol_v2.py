@@ -27,7 +27,7 @@ from ..protocol import (
 )
 from ..protocol.commands import FIN_RUN, Command
 from .backend_writes import ack_after
-from .channel import ChannelError
+from .channel import Channel, ChannelError
 from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, TURN_BUDGET
 from .errors import BackendWriteError, NeedsReauth
 from .options import max_defer_ms
@@ -292,7 +292,7 @@ class ProtocolV2:
         client.finished_message()
         return None
 
-    def FIN_RUN(self, client: ClientV2, command: Command) -> bytes | None:
+    def FIN_RUN(self, client: ClientV2, command: Command) -> Awaitable[None] | None:
         """A run of FIN lines (``CommandParser(fin_runs=True)``): the IDs are finished in one
         pass and the client refilled once; an ID that fails goes through :meth:`FIN` for
         Go's error, after the messages the FINs before it made room for."""
@@ -306,15 +306,41 @@ class ProtocolV2:
         ):
             self._fin_each(client, ids)
             return None
-        start, end = 0, len(ids)
+        start = self._finish_until_turn_ends(client, channel, ids, 0)
+        if start < len(ids):
+            return self._finish_on_later_turns(client, channel, ids, start)
+        return None
+
+    def _finish_until_turn_ends(
+        self, client: ClientV2, channel: Channel, ids: list[bytes], start: int
+    ) -> int:
+        """FIN ``ids`` from ``start`` until all are done or, after a failing one (an error
+        sent and logged: the costly case), the client's turn is over; where it stopped."""
+        end = len(ids)
         while start < end:
             stop = channel.finish_many(client, ids, start)
             if stop > start:
                 client.finished_messages(stop - start)
             if stop == end:
-                break
+                return end
             self._fin_each(client, ids[stop : stop + 1])
             start = stop + 1
+            if time.perf_counter() >= client.turn_deadline or client.closed:
+                break
+        return start
+
+    async def _finish_on_later_turns(
+        self, client: ClientV2, channel: Channel, ids: list[bytes], start: int
+    ) -> None:
+        """The rest of a run whose failures outlasted the turn (the client's later commands
+        wait): a stream of failing FINs takes its turns like any other input."""
+        while start < len(ids):
+            await asyncio.sleep(0)
+            if client.closed:
+                return None
+            client.turn_deadline = time.perf_counter() + TURN_BUDGET
+            with client.batch():
+                start = self._finish_until_turn_ends(client, channel, ids, start)
         return None
 
     def _fin_each(self, client: ClientV2, ids: list[bytes]) -> None:

@@ -39,9 +39,10 @@ FIN_RUN = b" FIN"
 #: no newline, no trailing carriage return): anything else goes through the general parse.
 _FIN_RUN_PATTERN = re.compile(rb"(?:FIN [^ \n]{15}[^ \n\r]\n)+")
 _FIN_LINE = 21
-#: The most IDs one FIN_RUN carries: a longer burst comes out as several runs, so a caller
-#: that bounds its work per call (``feed(limit=...)``) is never handed an unbounded run.
-FIN_RUN_MAX = 1024
+#: The most IDs one FIN_RUN carries (nsqd's largest RDY): a consumer's burst of FINs is one
+#: run, and a longer stream comes out as several, so a caller that bounds its work per call
+#: (``feed(limit=...)``) is never handed an unbounded run (a run may take it past ``limit``).
+FIN_RUN_MAX = 2500
 #: The most MPUB messages one ``feed`` call splits: the rest of a huge MPUB of tiny messages
 #: is split by later calls (``more`` is true meanwhile).
 MPUB_SCAN_SLICE = 4096
@@ -297,7 +298,7 @@ class CommandParser:
                 budget -= 1
                 continue
             if fin_runs and buf.startswith(b"FIN ", pos):
-                most = min(budget, FIN_RUN_MAX)
+                most = FIN_RUN_MAX
                 ids = _whole_fin_lines(buf, pos, end, most)
                 if ids is not None:
                     commands.append(Command(FIN_RUN, ids))

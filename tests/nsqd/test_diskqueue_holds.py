@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsqpy.nsqd.diskqueue import DiskQueue
-from nsqpy.nsqd.read_holds import Hold
+from nsqpy.nsqd.diskqueue.holds import Hold
 
 from .test_diskqueue import LogRecorder, data_file_numbers, drain, open_queue, read_meta
 

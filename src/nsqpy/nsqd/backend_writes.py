@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from ..protocol.errors import ProtocolError
     from .backend import Backend
     from .channel import Channel
+    from .diskqueue.holds import Hold
     from .message import Message
     from .nsqd import NSQD
-    from .read_holds import Hold
     from .topic import Topic
 
 

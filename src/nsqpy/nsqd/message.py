@@ -17,7 +17,7 @@ from ..protocol.message import (
 
 if TYPE_CHECKING:
     from .consumer import Consumer
-    from .read_holds import Hold
+    from .diskqueue.holds import Hold
 
 _new_message = object.__new__
 
@@ -55,7 +55,7 @@ class Message:
         self.delivery_ts = 0.0  # monotonic seconds
         self.pri = 0.0  # in-flight deadline or deferred due time, monotonic seconds
         self.group: dict[bytes, Message] | None = None  # the in-flight group holding it
-        # its record in the channel's disk queue, kept until it is finished (read_holds.py)
+        # its record in the channel's disk queue, kept until it is finished (diskqueue/holds.py)
         self.hold: Hold | None = None
         self.shared = False  # queued in several channels at once: never mutate, copy first
 

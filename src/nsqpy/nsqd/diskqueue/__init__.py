@@ -65,7 +65,7 @@ a journal of in-flight messages because it writes no second copy of a body and G
 A record keeps the attempts it was written with (a redelivery raises them back to what the
 consumer saw); a requeue appends a newer record with its attempts before the old is released.
 The bookkeeping, and the side file that spares finished records a redelivery, are in
-read_holds.py.
+holds.py.
 
 The package, in the order its parts build on each other: ``files`` (formats, errors, helpers),
 ``state`` (the fields), ``syncing``, ``recovery`` (start-up salvage, repair), ``reading`` (reads,

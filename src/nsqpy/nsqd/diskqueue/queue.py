@@ -7,9 +7,6 @@ import os
 import time
 from collections.abc import Sequence
 
-from ..read_holds import (
-    Hold,
-)
 from .files import (
     _LENGTH,
     _OPEN_FLAGS_CLOEXEC,
@@ -19,6 +16,9 @@ from .files import (
     _close_quietly,
     _describe,
     _remove_quietly,
+)
+from .holds import (
+    Hold,
 )
 from .reading import _Reading
 

@@ -1,4 +1,4 @@
-"""Reading a disk queue: records in order, held reads (read_holds.py) and a
+"""Reading a disk queue: records in order, held reads (holds.py) and a
 read-only peek."""
 
 from __future__ import annotations
@@ -7,7 +7,14 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 
-from ..read_holds import (
+from .files import (
+    _LENGTH,
+    _OPEN_FLAGS_CLOEXEC,
+    _READ_CHUNK,
+    _describe,
+    _ReadError,
+)
+from .holds import (
     BOUNDARY_BYTES,
     HEAD_MOVED,
     NO_HOLD,
@@ -15,13 +22,6 @@ from ..read_holds import (
     ReadHolds,
     SkipPlan,
     decode_held,
-)
-from .files import (
-    _LENGTH,
-    _OPEN_FLAGS_CLOEXEC,
-    _READ_CHUNK,
-    _describe,
-    _ReadError,
 )
 from .recovery import _Recovery
 

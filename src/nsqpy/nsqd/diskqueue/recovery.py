@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import os
 
-from ..read_holds import (
-    NO_HOLD,
-)
 from .files import (
     _COUNT_BUFFER,
     _LENGTH,
@@ -15,6 +12,9 @@ from .files import (
     _close_quietly,
     _describe,
     _remove_quietly,
+)
+from .holds import (
+    NO_HOLD,
 )
 from .syncing import _Syncing
 

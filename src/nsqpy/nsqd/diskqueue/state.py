@@ -8,17 +8,17 @@ import os
 import threading
 
 from ...internal.lg import RepeatSummary
-from ..read_holds import (
+from .files import (
+    LogFunc,
+    _close_quietly,
+)
+from .holds import (
     HELD_FILE_SUFFIX,
     NO_HOLD,
     Hold,
     Position,
     ReadHolds,
     SkipPlan,
-)
-from .files import (
-    LogFunc,
-    _close_quietly,
 )
 
 

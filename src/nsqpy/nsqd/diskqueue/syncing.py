@@ -8,17 +8,17 @@ import os
 import random
 import time
 
-from ..read_holds import (
-    BOUNDARY_BYTES,
-    SIDE_FILE_INTERVAL,
-    encode_held,
-)
 from .files import (
     _OPEN_FLAGS_CLOEXEC,
     _RETRY_FIRST,
     _RETRY_MAX,
     _fsync_path,
     _remove_quietly,
+)
+from .holds import (
+    BOUNDARY_BYTES,
+    SIDE_FILE_INTERVAL,
+    encode_held,
 )
 from .state import _QueueState
 
@@ -39,7 +39,7 @@ class _SyncJob:
         self.meta_text = meta_text
         self.fsync_paths = fsync_paths  # finished write files not yet fsynced + the current one
         self.doomed_paths = doomed_paths  # consumed files to delete once metadata moved on
-        self.held_text: bytes | None = None  # hold_reads: the side file (read_holds.py)
+        self.held_text: bytes | None = None  # hold_reads: the side file (holds.py)
 
 
 class _SyncResult:
@@ -170,7 +170,7 @@ class _Syncing(_QueueState):
         return job
 
     def _side_file_due(self, final: bool) -> bytes | None:
-        """The side file's contents if one is due (read_holds.py): at most one per interval,
+        """The side file's contents if one is due (holds.py): at most one per interval,
         since it lists every unfinished record; ``sync_due`` asks for the one put off."""
         record = self._last_record
         holds = self._holds
@@ -236,7 +236,7 @@ class _Syncing(_QueueState):
         job.doomed_paths = kept
 
     def _write_held_file(self, text: bytes) -> None:
-        """The side file, right after the metadata it names (read_holds.py). Not fsynced:
+        """The side file, right after the metadata it names (holds.py). Not fsynced:
         after a power cut an old or empty one no longer matches the metadata and is ignored."""
         tmp_path = f"{self._meta_path}.{random.getrandbits(63)}.tmp"  # cleaned like the meta's
         try:

@@ -398,9 +398,9 @@ def test_max_defer_timeout(daemons: list[DaemonProcess], tmp_path: Path) -> None
 def test_queue_bytes_bookkeeping(tmp_path: Path) -> None:
     """The two halves of a queue's bytes on their own: the memory queue's running total under
     every deque edit, and a disk queue's unread bytes across finished files."""
+    from nsqpy.nsqd.beyond.queue_limits import SizedQueue, disk_bytes
     from nsqpy.nsqd.diskqueue import DiskQueue
     from nsqpy.nsqd.message import Message as NsqdMessage
-    from nsqpy.nsqd.queue_limits import SizedQueue, disk_bytes
 
     def msg(size: int) -> NsqdMessage:
         return NsqdMessage(b"0123456789abcdef", b"x" * size, 1)

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from nsqpy.nsqd.inspect import AUTH_SECRET_HEADER
+from nsqpy.nsqd.beyond.inspect import AUTH_SECRET_HEADER
 from nsqpy.testing import DaemonProcess
 
 from ..nsqd.nsqd_transport_support import AuthQuery, AuthServer

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pytest
 
 from nsqpy.nsqadmin.inspect_auth import AUTH_SECRET_HEADER
-from nsqpy.nsqd.inspect import AUTH_SECRET_HEADER as NSQD_AUTH_SECRET_HEADER
+from nsqpy.nsqd.beyond.inspect import AUTH_SECRET_HEADER as NSQD_AUTH_SECRET_HEADER
 from nsqpy.testing import DaemonProcess, start_nsqd
 
 from ..nsqd.nsqd_transport_support import AuthServer

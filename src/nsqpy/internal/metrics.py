@@ -2,7 +2,7 @@
 
 Nothing is counted per message for metrics: each daemon already keeps plain-int counters for
 /stats, and a scrape turns a snapshot of them into metric families. The daemons' modules
-(``nsqd/metrics.py``, ``nsqlookupd/metrics.py``) only say which families to build.
+(``nsqd/beyond/metrics.py``, ``nsqlookupd/metrics.py``) only say which families to build.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from ..internal.api_client import (
 from ..internal.clusterinfo import ClusterInfo
 from ..protocol.errors import go_quote
 
-#: nsqd.inspect.AUTH_SECRET_HEADER (not imported: that would load all of nsqd into nsqadmin).
+#: nsqd.beyond.inspect.AUTH_SECRET_HEADER (not imported: that would load all of nsqd into nsqadmin).
 AUTH_SECRET_HEADER = "X-NSQ-Auth-Secret"
 #: nsqd's routes that answer message bodies (``--enable-inspect``).
 INSPECT_PATHS = frozenset({"/channel/peek", "/channel/inflight", "/channel/deferred"})

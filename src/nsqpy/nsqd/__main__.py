@@ -12,7 +12,7 @@ from .. import version_line
 from ..internal import daemon, lg
 from ..internal.daemon import Service, StopSignals
 from ..internal.flags import run_command
-from .drain import drain
+from .beyond.drain import drain
 from .nsqd import NSQD, NSQDError
 from .options import Options
 

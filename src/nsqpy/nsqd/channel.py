@@ -24,7 +24,7 @@ from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.message import MESSAGE_FRAME_HEAD, MESSAGE_FRAME_OVERHEAD
 from ..protocol.names import is_ephemeral
 from .backend import Backend
-from .channel_held import RELOCATE_AFTER, HeldMessages
+from .beyond.channel_held import RELOCATE_AFTER, HeldMessages
 from .errors import BackendWriteError
 from .message import Message, decode_records, own_copies
 

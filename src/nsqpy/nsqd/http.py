@@ -27,13 +27,13 @@ from ..internal.http_api import (
     v1_text,
 )
 from ..protocol import is_valid_topic_name
-from . import beyond_http
+from .beyond import http as beyond_http
+from .beyond.queue_limits import QueueFullError
 from .errors import BackendWriteError
 from .http_mpub import MpubBodyError, binary_bodies, lines_of, text_regions
 from .http_mpub import publish as publish_chunks
 from .http_params import channel_args, existing_topic, first, query
 from .options import Options, max_defer_ms
-from .queue_limits import QueueFullError
 from .stats import (
     get_stats_sliced,
     memory_stats,
@@ -149,7 +149,7 @@ class HTTPServer:
             if defer_ms < 0 or defer_ms > max_defer_ms(opts):
                 raise ApiError(400, "INVALID_DEFER")
             delay = defer_ms / 1000
-        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
+        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/beyond/drain.py)
             raise ApiError(503, "DRAINING")
         msg = topic.new_message(body)
         msg.deferred = delay
@@ -194,7 +194,7 @@ class HTTPServer:
         except MpubBodyError as err:
             raise ApiError(413, err.code) from None
         del body  # the chunks hold what is published
-        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
+        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/beyond/drain.py)
             raise ApiError(503, "DRAINING")
         try:
             if binary:

@@ -1,7 +1,7 @@
 """How nsqd's HTTP handlers read a request's parameters, as Go's nsqd reads them: the query
 string only (Go's ``url.ParseQuery``: first value wins, a malformed escape is an error), and
 the ``topic``/``channel`` arguments with Go's error codes. Shared by http.py (Go's routes) and
-beyond_http.py (nsqpy's)."""
+beyond/http.py (nsqpy's)."""
 
 from __future__ import annotations
 

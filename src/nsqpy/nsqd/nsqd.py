@@ -28,16 +28,16 @@ from . import metadata
 from .auth import AuthClient, Authenticator
 from .backend import Backend, NullBackend
 from .backend_writes import BackendWrites
+from .beyond.dead_letter import DeadLetters, validate_beyond_options
+from .beyond.queue_limits import QueueLimits, validate_queue_options
 from .channel import Channel
 from .client_v2 import ClientV2
-from .dead_letter import DeadLetters, validate_beyond_options
 from .diskqueue import DiskQueue
 from .identify import apply_identify, negotiate
 from .lookup import LookupPeers, nsqd_identity
 from .options import HOSTNAME, Options
 from .persistence import Persistence
 from .protocol_v2 import ProtocolV2
-from .queue_limits import QueueLimits, validate_queue_options
 from .stats import E2EStream
 from .statsd import StatsdPusher
 from .tls import build_server_context, tls_protocol_factory

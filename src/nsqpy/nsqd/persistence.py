@@ -15,8 +15,9 @@ import os
 from typing import TYPE_CHECKING
 
 from ..protocol import is_valid_name
-from . import deferred_store, metadata
-from .deferred_store import DeferredRecord
+from . import metadata
+from .beyond import deferred_store
+from .beyond.deferred_store import DeferredRecord
 from .diskqueue import DiskQueue, queue_names
 
 if TYPE_CHECKING:

@@ -433,7 +433,7 @@ class ProtocolV2:
         topic = self.nsqd.get_topic(topic_name)
         msg = topic.new_message(body)
         msg.deferred = delay
-        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
+        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/beyond/drain.py)
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed draining")
         syncs = self.writes.running_syncs(topic)
         try:
@@ -484,7 +484,7 @@ class ProtocolV2:
         self, client: ClientV2, topic: Topic, bodies: list[bytes], timestamp: int
     ) -> tuple[asyncio.Task[None], ...]:
         """Publish ``bodies`` in one batch of disk writes; the syncs the OK waits for."""
-        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/drain.py)
+        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/beyond/drain.py)
             raise ProtocolError("E_MPUB_FAILED", "MPUB failed draining")
         msgs = topic.new_messages(bodies, timestamp)
         syncs = self.writes.running_syncs(topic)

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from ..protocol.names import is_ephemeral
 from .backend import Backend
+from .beyond.topic_held import HeldCopies
 from .channel import Channel
 from .diskqueue import DiskQueue
 from .guid import GUIDFactory
 from .message import Message, message_from_bytes
-from .topic_held import HeldCopies
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -166,7 +166,7 @@ class Topic:
     def put_message(self, msg: Message) -> None:
         if self.exiting:
             raise TopicError("exiting")
-        if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (queue_limits.py)
+        if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (beyond/queue_limits.py)
             self.nsqd.queue_limits.admit(self, (msg,))
         self._put(msg)
         self._published = True
@@ -180,7 +180,7 @@ class Topic:
             raise TopicError("exiting")
         if not msgs:
             return
-        if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (queue_limits.py)
+        if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (beyond/queue_limits.py)
             self.nsqd.queue_limits.admit(self, msgs)
         if self._direct_to_channels():
             self._fan_out(msgs)

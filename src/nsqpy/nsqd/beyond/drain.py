@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .nsqd import NSQD
+    from ..nsqd import NSQD
 
 #: How often the channels are checked for emptiness while draining.
 POLL_INTERVAL = 0.05

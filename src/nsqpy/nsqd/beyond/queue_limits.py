@@ -42,18 +42,18 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
-from ..protocol import MESSAGE_HEADER_LENGTH
-from .diskqueue import DiskQueue
-from .metadata import read_journal, write_atomically
-from .topic import TopicError
+from ...protocol import MESSAGE_HEADER_LENGTH
+from ..diskqueue import DiskQueue
+from ..metadata import read_journal, write_atomically
+from ..topic import TopicError
 
 if TYPE_CHECKING:
-    from .backend import Backend
-    from .channel import Channel
-    from .message import Message
-    from .nsqd import NSQD
-    from .options import Options
-    from .topic import Topic
+    from ..backend import Backend
+    from ..channel import Channel
+    from ..message import Message
+    from ..nsqd import NSQD
+    from ..options import Options
+    from ..topic import Topic
 
     Queue = Topic | Channel
 
@@ -249,7 +249,7 @@ def queue_bytes(queue: Queue) -> int:
 
 
 def _key(queue: Queue) -> Key:
-    from .channel import Channel
+    from ..channel import Channel
 
     if isinstance(queue, Channel):
         return (queue.topic.name, queue.name)

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ..internal.http_api import ApiError, v1_json
-from ..protocol import is_valid_channel_name, is_valid_topic_name
+from ...internal.http_api import ApiError, v1_json
+from ...protocol import is_valid_channel_name, is_valid_topic_name
 
 if TYPE_CHECKING:
-    from .client_v2 import ClientV2
-    from .nsqd import NSQD
+    from ..client_v2 import ClientV2
+    from ..nsqd import NSQD
 
 
 def matching_clients(

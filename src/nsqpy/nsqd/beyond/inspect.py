@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ..internal.http_api import ApiError
-from .auth import AuthError, HttpCaller
-from .diskqueue import DiskQueue
-from .message import Message, message_from_bytes
+from ...internal.http_api import ApiError
+from ..auth import AuthError, HttpCaller
+from ..diskqueue import DiskQueue
+from ..message import Message, message_from_bytes
 
 if TYPE_CHECKING:
-    from .backend import Backend
-    from .channel import Channel
-    from .nsqd import NSQD
-    from .topic import Topic
+    from ..backend import Backend
+    from ..channel import Channel
+    from ..nsqd import NSQD
+    from ..topic import Topic
 
 _LENGTH = struct.Struct(">i")
 

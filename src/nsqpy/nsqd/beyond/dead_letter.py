@@ -26,16 +26,16 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.names import EPHEMERAL_SUFFIX, is_ephemeral, is_valid_name
-from .errors import BackendWriteError
-from .metadata import read_journal, write_atomically
-from .topic import TopicError
+from ...protocol.names import EPHEMERAL_SUFFIX, is_ephemeral, is_valid_name
+from ..errors import BackendWriteError
+from ..metadata import read_journal, write_atomically
+from ..topic import TopicError
 
 if TYPE_CHECKING:
-    from .channel import Channel
-    from .message import Message
-    from .nsqd import NSQD
-    from .options import Options
+    from ..channel import Channel
+    from ..message import Message
+    from ..nsqd import NSQD
+    from ..options import Options
 
 CONFIG_FILE = "nsqpy.channel_config.json"
 HISTORY_FILE = "nsqpy.dead_letters.jsonl"

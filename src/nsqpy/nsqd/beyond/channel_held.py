@@ -21,16 +21,16 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .errors import BackendWriteError
-from .message import Message, message_from_bytes
+from ..errors import BackendWriteError
+from ..message import Message, message_from_bytes
 
 if TYPE_CHECKING:
     from collections import deque
 
-    from .backend_writes import BackendWrites
-    from .consumer import Consumer
-    from .diskqueue import DiskQueue
-    from .nsqd import NSQD
+    from ..backend_writes import BackendWrites
+    from ..consumer import Consumer
+    from ..diskqueue import DiskQueue
+    from ..nsqd import NSQD
 
 
 #: held mode: once the committed position keeps more records than this, a deferred message at

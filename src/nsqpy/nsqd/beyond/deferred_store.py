@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .message import Message
-from .metadata import write_atomically
+from ..message import Message
+from ..metadata import write_atomically
 
 FILE_NAME = "nsqpy.deferred.json"
 FORMAT_VERSION = 1
@@ -47,7 +47,7 @@ def encode(records: dict[str, DeferredRecord]) -> bytes:
 
 
 def decode(data: bytes) -> dict[str, DeferredRecord]:
-    from .message import message_from_bytes
+    from ..message import message_from_bytes
 
     body = json.loads(data)
     if body.get("version") != FORMAT_VERSION:

@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ..internal.http_api import RouteHandler
-from ..internal.metrics import CONTENT_TYPE, Families, TextFamilies, bool_label
-from ..protocol.names import is_ephemeral
-from .stats import get_stats_sliced, run_sliced
+from ...internal.http_api import RouteHandler
+from ...internal.metrics import CONTENT_TYPE, Families, TextFamilies, bool_label
+from ...protocol.names import is_ephemeral
+from ..stats import get_stats_sliced, run_sliced
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from .nsqd import NSQD
+    from ..nsqd import NSQD
 
 TOPIC_LABELS = ("type", "topic", "paused")
 CHANNEL_LABELS = ("type", "topic", "channel", "paused")

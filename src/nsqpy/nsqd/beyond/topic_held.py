@@ -22,11 +22,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .backend import Backend
-    from .channel import Channel
-    from .diskqueue import DiskQueue
-    from .message import Message
-    from .read_holds import Hold
+    from ..backend import Backend
+    from ..channel import Channel
+    from ..diskqueue import DiskQueue
+    from ..message import Message
+    from ..read_holds import Hold
 
 
 class HeldCopies:

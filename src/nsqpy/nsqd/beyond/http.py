@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from ..internal.http_api import ApiError, RouteHandler, v1_json
-from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from ...internal.http_api import ApiError, RouteHandler, v1_json
+from ...protocol.names import is_valid_channel_name, is_valid_topic_name
+from ..http_params import channel_args, existing_topic, first, query
 from . import inspect, kick
 from .dead_letter import DeadLetters, dead_letter_topic, valid_suffix
-from .http_params import channel_args, existing_topic, first, query
 from .metrics import metrics_route
 from .queue_limits import POLICIES
 
 if TYPE_CHECKING:
-    from .channel import Channel
-    from .http import HTTPServer
+    from ..channel import Channel
+    from ..http import HTTPServer
 
 #: Largest ``n`` a peek answers (each message is read and encoded for the response).
 MAX_PEEK = 1000

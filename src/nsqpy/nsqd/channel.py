@@ -30,8 +30,8 @@ from .message import Message, decode_records, own_copies
 
 if TYPE_CHECKING:
     from .consumer import Consumer
+    from .diskqueue.holds import Hold
     from .nsqd import NSQD
-    from .read_holds import Hold
     from .topic import Topic
 
 

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from ..backend import Backend
     from ..channel import Channel
     from ..diskqueue import DiskQueue
+    from ..diskqueue.holds import Hold
     from ..message import Message
-    from ..read_holds import Hold
 
 
 class HeldCopies:

@@ -18,7 +18,7 @@ import ssl
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
@@ -31,15 +31,28 @@ from ..internal.http_api import go_json
 from ..protocol import ProtocolError, go_quote
 from .errors import NeedsReauth
 
-if TYPE_CHECKING:
-    from .client_v2 import ClientV2
-
 ACCEPT = ACCEPT_V1  # Go asks the auth server as it asks nsqd (http_api.GETV1)
 PERMISSIONS = ("subscribe", "publish")
 
 
 class AuthError(Exception):
     pass
+
+
+class AuthConnection(Protocol):
+    """What AUTH reads and records on a client connection (ClientV2 is one)."""
+
+    auth_secret: str
+    auth_state: AuthState | None
+
+    @property
+    def remote_address(self) -> str: ...
+
+    @property
+    def tls(self) -> bool: ...
+
+    @property
+    def tls_common_name(self) -> str: ...
 
 
 #: Compiled grant patterns kept across AUTH answers (every re-auth repeats the same few).
@@ -317,7 +330,7 @@ class Authenticator:
         if self.client is not None:
             await self.client.close()
 
-    async def authenticate(self, conn: ClientV2, secret: bytes) -> bytes | None:
+    async def authenticate(self, conn: AuthConnection, secret: bytes) -> bytes | None:
         """AUTH: ask the auth servers what this secret may do (Go: clientV2.Auth)."""
         conn.auth_secret = secret.decode("utf-8", errors="surrogateescape")
         await self._query(conn)
@@ -332,12 +345,12 @@ class Authenticator:
             }
         )
 
-    async def reauthenticate(self, conn: ClientV2) -> bytes | None:
+    async def reauthenticate(self, conn: AuthConnection) -> bytes | None:
         """An expired AUTH is refreshed lazily, when a command needs it (Go: IsAuthorized)."""
         await self._query(conn)
         return None
 
-    async def _query(self, conn: ClientV2) -> None:
+    async def _query(self, conn: AuthConnection) -> None:
         assert self.client is not None
         remote_ip = conn.remote_address.rpartition(":")[0].strip("[]")
         try:
@@ -384,7 +397,7 @@ class Authenticator:
             self._http_states.popitem(last=False)
         return state
 
-    def check(self, conn: ClientV2, cmd: str, topic: str, channel: str) -> None:
+    def check(self, conn: AuthConnection, cmd: str, topic: str, channel: str) -> None:
         """Go's CheckAuth; raises NeedsReauth when the cached answer has expired."""
         if self.client is None:
             return

@@ -33,7 +33,6 @@ from ..protocol.compression import (
     SnappyFrameWriter,
 )
 from .errors import NeedsReauth
-from .stats import client_stats
 from .tls import TLSError, TLSSession
 
 if TYPE_CHECKING:
@@ -655,7 +654,40 @@ class ClientV2(asyncio.Protocol):
                 self.transport.close()
 
     def stats(self, topic_filter: str = "") -> dict[str, Any]:
-        return client_stats(self, topic_filter)
+        """Its entry in /stats (Go's clientV2.Stats)."""
+        stats: dict[str, Any] = {
+            "client_id": self.client_id,
+            "hostname": self.hostname,
+            "version": "V2",
+            "remote_address": self.remote_address,
+            "state": self.state,
+            "ready_count": self.ready_count,
+            "in_flight_count": self.in_flight_count,
+            "message_count": self.message_count,
+            "finish_count": self.finish_count,
+            "requeue_count": self.requeue_count,
+            "connect_ts": self.connect_ts,
+            "sample_rate": self.sample_rate,
+            "deflate": self.deflate,
+            "snappy": self.snappy,
+            "user_agent": self.user_agent,
+        }
+        auth = self.auth_state
+        if auth is not None:
+            stats["authed"] = True
+            identity = getattr(auth, "identity", "")
+            identity_url = getattr(auth, "identity_url", "")
+            if identity:
+                stats["auth_identity"] = identity
+            if identity_url:
+                stats["auth_identity_url"] = identity_url
+        for topic, count in self.pub_counts.items():  # Go reports at most one (an early break)
+            if topic_filter and topic != topic_filter:
+                continue
+            stats["pub_counts"] = [{"topic": topic, "count": count}]
+            break
+        stats.update(self.tls_stats())
+        return stats
 
     def tls_stats(self) -> dict[str, Any]:
         return {

@@ -79,7 +79,7 @@ class HTTPServer:
             ("PUT", "/config/{opt}", self.config),
             ("PUT", "/debug/setblockrate", self.debug_noop),
             ("POST", "/debug/freememory", self.debug_noop),
-            *beyond_http.routes(self),  # nsqpy additions (docs/beyond-go.md)
+            *beyond_http.routes(self.nsqd),  # nsqpy additions (docs/beyond-go.md)
         ]
 
     # ------------------------------------------------------------------ basics

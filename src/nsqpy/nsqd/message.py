@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.message import (
@@ -16,10 +16,19 @@ from ..protocol.message import (
 )
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
     from .diskqueue.holds import Hold
 
 _new_message = object.__new__
+
+
+class Owner(Protocol):
+    """The consumer a message is in flight to, as far as the message and its readers need
+    it (a channel's :class:`~nsqpy.nsqd.consumer.Consumer` is one)."""
+
+    @property
+    def client_id(self) -> str: ...
+
+    def timed_out_message(self) -> None: ...
 
 
 class Message:
@@ -51,7 +60,7 @@ class Message:
         self.timestamp = timestamp  # publish time, ns since the epoch; kept across requeues
         self.attempts = attempts
         self.deferred = 0.0  # seconds to defer, for DPUB and topic fan-out
-        self.client: Consumer | None = None  # owner while in flight
+        self.client: Owner | None = None  # owner while in flight
         self.delivery_ts = 0.0  # monotonic seconds
         self.pri = 0.0  # in-flight deadline or deferred due time, monotonic seconds
         self.group: dict[bytes, Message] | None = None  # the in-flight group holding it

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .channel import Channel
-    from .client_v2 import ClientV2
     from .nsqd import NSQD
     from .topic import Topic
 
@@ -81,42 +80,6 @@ def e2e_result(streams: list[E2EStream], quantiles: list[float]) -> dict[str, An
             value = 0.0  # Go's stream answers 0 when it holds no samples
         percentiles.append({"quantile": q, "value": value})
     return {"count": len(samples), "percentiles": percentiles}
-
-
-def client_stats(client: ClientV2, topic_filter: str = "") -> dict[str, Any]:
-    stats: dict[str, Any] = {
-        "client_id": client.client_id,
-        "hostname": client.hostname,
-        "version": "V2",
-        "remote_address": client.remote_address,
-        "state": client.state,
-        "ready_count": client.ready_count,
-        "in_flight_count": client.in_flight_count,
-        "message_count": client.message_count,
-        "finish_count": client.finish_count,
-        "requeue_count": client.requeue_count,
-        "connect_ts": client.connect_ts,
-        "sample_rate": client.sample_rate,
-        "deflate": client.deflate,
-        "snappy": client.snappy,
-        "user_agent": client.user_agent,
-    }
-    auth = client.auth_state
-    if auth is not None:
-        stats["authed"] = True
-        identity = getattr(auth, "identity", "")
-        identity_url = getattr(auth, "identity_url", "")
-        if identity:
-            stats["auth_identity"] = identity
-        if identity_url:
-            stats["auth_identity_url"] = identity_url
-    for topic, count in client.pub_counts.items():  # Go reports at most one (an early break)
-        if topic_filter and topic != topic_filter:
-            continue
-        stats["pub_counts"] = [{"topic": topic, "count": count}]
-        break
-    stats.update(client.tls_stats())
-    return stats
 
 
 def channel_stats(nsqd: NSQD, channel: Channel, include_clients: bool) -> dict[str, Any]:
@@ -238,7 +201,7 @@ def _stats_steps(
         producers = []
         for client in sorted(nsqd.clients.values(), key=lambda c: c.id):
             if client.pub_counts and (not topic_filter or topic_filter in client.pub_counts):
-                producers.append(client_stats(client, topic_filter))
+                producers.append(client.stats(topic_filter))
                 yield
         producers = producers or None
     result.append((topic_list, producers))

@@ -21,15 +21,14 @@ from .queue_limits import POLICIES
 
 if TYPE_CHECKING:
     from ..channel import Channel
-    from ..http import HTTPServer
+    from ..nsqd import NSQD
 
 #: Largest ``n`` a peek answers (each message is read and encoded for the response).
 MAX_PEEK = 1000
 
 
-def routes(server: HTTPServer) -> list[tuple[str, str, RouteHandler]]:
-    nsqd = server.nsqd
-    handlers = BeyondHandlers(server)
+def routes(nsqd: NSQD) -> list[tuple[str, str, RouteHandler]]:
+    handlers = BeyondHandlers(nsqd)
     out: list[tuple[str, str, RouteHandler]] = [
         ("GET", "/channel/config", handlers.channel_config),
         ("POST", "/channel/config", handlers.channel_config),
@@ -49,9 +48,8 @@ def routes(server: HTTPServer) -> list[tuple[str, str, RouteHandler]]:
 
 
 class BeyondHandlers:
-    def __init__(self, server: HTTPServer) -> None:
-        self.server = server
-        self.nsqd = server.nsqd
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
 
     def _channel(self, request: web.Request) -> Channel:
         topic, name = channel_args(self.nsqd, query(request))

@@ -65,11 +65,14 @@ a journal of in-flight messages because it writes no second copy of a body and G
 A record keeps the attempts it was written with (a redelivery raises them back to what the
 consumer saw); a requeue appends a newer record with its attempts before the old is released.
 The bookkeeping, and the side file that spares finished records a redelivery, are in
-holds.py.
+holds.py; the reads and releases in held.py.
 
-The package, in the order its parts build on each other: ``files`` (formats, errors, helpers),
-``state`` (the fields), ``syncing``, ``recovery`` (start-up salvage, repair), ``reading`` (reads,
-held reads, peek) and ``queue`` (writes and the public class).
+The package: ``DiskQueue`` (``queue``) is the facade with Go's API, composed of parts that
+share one ``QueueState`` (``state``: the limits, positions, sync counter and held-reads fields)
+and call each other's methods: ``QueueFiles`` (``files``: file names, the record and metadata
+formats), ``Reader`` (``reading``), ``Writer`` (``writing``), ``Syncer`` (``syncing``: fsync,
+metadata, deletion of finished files), ``Recovery`` (``recovery``: start-up salvage, tail
+checks, .bad files) and ``HeldReads`` (``held``, with the bookkeeping in ``holds``).
 """
 
 from __future__ import annotations

@@ -9,20 +9,22 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
+from .holds import HELD_FILE_SUFFIX
+
 LogFunc = Callable[[str, str], None]
 
 # go-diskqueue reads the length as a signed int32; negative lengths fail the minimum check.
-_LENGTH = struct.Struct(">i")
-_READ_CHUNK = 32 * 1024  # small: nsqd may have thousands of queues with a backlog
-_COUNT_BUFFER = 1 << 20
+LENGTH = struct.Struct(">i")
+READ_CHUNK = 32 * 1024  # small: nsqd may have thousands of queues with a backlog
+COUNT_BUFFER = 1 << 20
 # a failed sync is retried after this delay, doubled per failure up to the maximum
-_RETRY_FIRST = 0.1
-_RETRY_MAX = 5.0
-_OPEN_FLAGS_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+RETRY_FIRST = 0.1
+RETRY_MAX = 5.0
+OPEN_FLAGS_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # Go parses the metadata with fmt.Fscanf("%d\n%d,%d\n%d,%d\n"): numbers may carry a sign and
 # leading blanks; we also accept a missing final newline.
 _NUMBER = rb"[ \t]*([+-]?\d+)"
-_META_PATTERN = re.compile(
+META_PATTERN = re.compile(
     _NUMBER + rb"\n" + _NUMBER + rb"," + _NUMBER + rb"\n" + _NUMBER + rb"," + _NUMBER + rb"(?:\n|$)"
 )
 
@@ -43,7 +45,7 @@ class DiskQueuePositions(NamedTuple):
     write_pos: int
 
 
-class _ReadError(Exception):
+class ReadError(Exception):
     """The record at the read position cannot be read: the file is treated as corrupt."""
 
 
@@ -56,10 +58,10 @@ def queue_names(data_path: str) -> set[str]:
     return {m["name"] for m in map(_QUEUE_FILE.fullmatch, os.listdir(data_path)) if m}
 
 
-def _fsync_path(path: str) -> None:
+def fsync_path(path: str) -> None:
     # fdatasync: the appended data and the file size reach the disk; only timestamps do not
     # (a third cheaper than fsync on this kind of disk, and as safe for an append-only file)
-    fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | OPEN_FLAGS_CLOEXEC)
     try:
         _datasync(fd)
     finally:
@@ -69,19 +71,35 @@ def _fsync_path(path: str) -> None:
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
-def _close_quietly(fd: int) -> None:
+def close_quietly(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
 
 
-def _remove_quietly(path: str) -> None:
+def remove_quietly(path: str) -> None:
     with contextlib.suppress(OSError):
         os.remove(path)
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     """Error text in the spirit of Go's: ``open <path>: no such file or directory``."""
     if isinstance(exc, OSError) and exc.strerror:
         target = f"{exc.filename}: " if exc.filename else ""
         return f"{target}{exc.strerror.lower()}"
     return str(exc)
+
+
+class QueueFiles:
+    """Where one queue's files are: data segments numbered from 0, the metadata, the side
+    file of held reads (holds.py)."""
+
+    __slots__ = ("data_path", "held_path", "meta_path", "name")
+
+    def __init__(self, name: str, data_path: str) -> None:
+        self.name = name
+        self.data_path = data_path
+        self.meta_path = os.path.join(data_path, f"{name}.diskqueue.meta.dat")
+        self.held_path = os.path.join(data_path, name + HELD_FILE_SUFFIX)
+
+    def segment(self, file_num: int) -> str:
+        return os.path.join(self.data_path, f"{self.name}.diskqueue.{file_num:06d}.dat")

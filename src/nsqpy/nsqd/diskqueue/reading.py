@@ -1,52 +1,79 @@
-"""Reading a disk queue: records in order, held reads (holds.py) and a
+"""Reading a disk queue: records in order (buffered, across files, past corruption) and a
 read-only peek."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .files import (
-    _LENGTH,
-    _OPEN_FLAGS_CLOEXEC,
-    _READ_CHUNK,
-    _describe,
-    _ReadError,
+    LENGTH,
+    OPEN_FLAGS_CLOEXEC,
+    READ_CHUNK,
+    QueueFiles,
+    ReadError,
+    close_quietly,
+    describe,
 )
-from .holds import (
-    BOUNDARY_BYTES,
-    HEAD_MOVED,
-    NO_HOLD,
-    Hold,
-    ReadHolds,
-    SkipPlan,
-    decode_held,
-)
-from .recovery import _Recovery
+from .state import QueueState
+from .syncing import Syncer
+
+if TYPE_CHECKING:
+    from .recovery import Recovery
 
 
-class _Reading(_Recovery):
-    __slots__ = ()
+class Reader:
+    """The read side: the read file's descriptor and buffer, records taken in order."""
 
-    def get(self) -> bytes | None:
-        """Remove and return the oldest record, or None when the queue is empty. With
-        ``hold_reads`` the record is taken for good (not held): e.g. dropped by a policy."""
-        record = self._get()
-        if record is not None and self._holds is not None:
-            self.release(self._last_held)
-        return record
+    __slots__ = (
+        "_files",
+        "_read_buf",
+        "_read_buf_start",
+        "_read_end",
+        "_read_fd",
+        "_state",
+        "_syncer",
+        "recovery",
+    )
+
+    def __init__(self, state: QueueState, files: QueueFiles, syncer: Syncer) -> None:
+        self._state = state
+        self._files = files
+        self._syncer = syncer
+        self._read_fd: int | None = None
+        self._read_buf = b""
+        self._read_buf_start = 0
+        # End of the file being read once it is complete; None while it is the write file.
+        self._read_end: int | None = None
+        self.recovery: Recovery  # wired by DiskQueue (recovery closes this reader's file)
+
+    def close_file(self) -> None:
+        if self._read_fd is not None:
+            close_quietly(self._read_fd)
+            self._read_fd = None
+        self._read_buf = b""
+        self._read_buf_start = 0
+        self._read_end = None
+
+    def end_file_at(self, write_pos: int) -> None:
+        """The writer rolled on: if the reader is in that file, the file ends there, whatever
+        a later stat would say."""
+        if self._state.read_file_num == self._state.write_file_num:
+            self._read_end = write_pos
 
     def get_many(self, limit: int) -> list[bytes]:
-        """Up to ``limit`` records, oldest first: :meth:`get` repeated, with the same
+        """Up to ``limit`` records, oldest first: :meth:`get_record` repeated, with the same
         positions, depth, sync counting and error handling, but the records already in the
-        read buffer are taken in one loop. Not for ``hold_reads`` (use :meth:`get_held`)."""
-        assert self._holds is None, "get_many() reads without holds"
+        read buffer are taken in one loop. Not for held reads (see held.py)."""
+        st = self._state
+        assert st.holds is None, "get_many() reads without holds"
         records: list[bytes] = []
         while len(records) < limit:
             if self._read_buffered(records, limit - len(records)):
                 continue
-            record = self._get()  # opens, refills, crosses files, handles a bad record
+            record = self.get_record()  # opens, refills, crosses files, handles a bad record
             if record is None:
                 break
             records.append(record)
@@ -57,22 +84,23 @@ class _Reading(_Recovery):
         position on, and account for them at once; 0 when the next record needs
         :meth:`_read_one` (no buffer, a refill, a bad size, or the last record of a finished
         file, which moves the reader to the next file)."""
+        st = self._state
         buf = self._read_buf
         buf_start = self._read_buf_start
-        offset = self._read_pos - buf_start
-        if self._read_fd is None or self._closed or offset < 0:
+        offset = st.read_pos - buf_start
+        if self._read_fd is None or st.closed or offset < 0:
             return 0
         stop = len(buf)
-        if self._read_file_num > self._write_file_num:
-            return 0  # corrupt positions: _get() repairs them
-        if self._read_file_num < self._write_file_num:
-            end = self._read_end if self._read_end is not None else self._max_bytes_per_file
+        if st.read_file_num > st.write_file_num:
+            return 0  # corrupt positions: get_record() repairs them
+        if st.read_file_num < st.write_file_num:
+            end = self._read_end if self._read_end is not None else st.max_bytes_per_file
             # strictly before the file's end: the record reaching it is _read_one's
             stop = min(stop, end - buf_start - 1)
         first = offset
         count = 0
-        low, high = self._min_msg_size, self._max_msg_size
-        unpack = _LENGTH.unpack_from
+        low, high = st.min_msg_size, st.max_msg_size
+        unpack = LENGTH.unpack_from
         append = out.append
         while count < limit and offset + 4 <= stop:
             (size,) = unpack(buf, offset)
@@ -83,27 +111,29 @@ class _Reading(_Recovery):
             offset = following
             count += 1
         if count:
-            if not self._count:
-                self._dirty_since = time.monotonic()
-            self._count += count
-            self._read_pos += offset - first
-            self._depth -= count
-            self._check_tail_corruption(self._depth)
+            if not st.count:
+                st.dirty_since = time.monotonic()
+            st.count += count
+            st.read_pos += offset - first
+            st.depth -= count
+            self.recovery.check_tail_corruption(st.depth)
         return count
 
-    def _get(self) -> bytes | None:
-        while not self._closed:
-            if self._read_file_num >= self._write_file_num and self._read_pos >= self._write_pos:
+    def get_record(self) -> bytes | None:
+        """Take the oldest record (held, with held reads), or None when the queue is empty."""
+        st = self._state
+        while not st.closed:
+            if st.read_file_num >= st.write_file_num and st.read_pos >= st.write_pos:
                 return None
             try:
                 record = self._read_one()
-            except (_ReadError, OSError) as exc:
-                self._log(
+            except (ReadError, OSError) as exc:
+                st.log(
                     "ERROR",
-                    f"DISKQUEUE({self._name}) reading at {self._read_pos} of "
-                    f"{self.file_name(self._read_file_num)} - {_describe(exc)}",
+                    f"DISKQUEUE({st.name}) reading at {st.read_pos} of "
+                    f"{self._files.segment(st.read_file_num)} - {describe(exc)}",
                 )
-                self._handle_read_error()
+                self.recovery.handle_read_error()
                 continue
             if record is None:
                 self._finish_read_file()
@@ -116,12 +146,13 @@ class _Reading(_Recovery):
 
         Returns None when a finished file is exhausted exactly at a record boundary.
         """
+        st = self._state
         if self._read_fd is None:
             self._open_read_file()
-        pos = self._read_pos
-        complete = self._read_file_num < self._write_file_num
+        pos = st.read_pos
+        complete = st.read_file_num < st.write_file_num
         if complete:
-            end = self._read_end if self._read_end is not None else self._max_bytes_per_file
+            end = self._read_end if self._read_end is not None else st.max_bytes_per_file
             if pos == end:
                 return None
         buf = self._read_buf
@@ -129,10 +160,10 @@ class _Reading(_Recovery):
         if offset < 0 or offset + 4 > len(buf):
             buf = self._fill(pos, 4)
             offset = 0
-        (size,) = _LENGTH.unpack_from(buf, offset)
-        if size < self._min_msg_size or size > self._max_msg_size:
+        (size,) = LENGTH.unpack_from(buf, offset)
+        if size < st.min_msg_size or size > st.max_msg_size:
             # no way of knowing where the next record starts: the file is corrupt
-            raise _ReadError(f"invalid message read size ({size})")
+            raise ReadError(f"invalid message read size ({size})")
         start = offset + 4
         if start + size > len(buf):
             buf = self._fill(pos, 4 + size)
@@ -141,35 +172,37 @@ class _Reading(_Recovery):
 
         next_pos = pos + 4 + size
         if complete and next_pos >= (
-            self._read_end if self._read_end is not None else self._max_bytes_per_file
+            self._read_end if self._read_end is not None else st.max_bytes_per_file
         ):
-            self._consume(self._read_file_num + 1, 0)
+            self._consume(st.read_file_num + 1, 0)
         else:
-            self._consume(self._read_file_num, next_pos)
+            self._consume(st.read_file_num, next_pos)
         return record
 
     def _open_read_file(self) -> None:
-        path = self.file_name(self._read_file_num)
-        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS_CLOEXEC)
-        self._log("INFO", f"DISKQUEUE({self._name}): readOne() opened {path}")
+        st = self._state
+        path = self._files.segment(st.read_file_num)
+        fd = os.open(path, os.O_RDONLY | OPEN_FLAGS_CLOEXEC)
+        st.log("INFO", f"DISKQUEUE({st.name}): readOne() opened {path}")
         self._read_fd = fd
         self._read_buf = b""
         self._read_buf_start = 0
         self._read_end = None
-        if self._read_file_num < self._write_file_num:
+        if st.read_file_num < st.write_file_num:
             try:
                 self._read_end = os.fstat(fd).st_size
             except OSError:
-                self._read_end = self._max_bytes_per_file
+                self._read_end = st.max_bytes_per_file
 
     def _fill(self, pos: int, need: int) -> bytes:
         """Buffer at least ``need`` bytes of the read file from ``pos`` (or fail: EOF)."""
+        st = self._state
         fd = self._read_fd
         assert fd is not None
-        want = max(need, _READ_CHUNK)
-        if self._read_file_num == self._write_file_num:
+        want = max(need, READ_CHUNK)
+        if st.read_file_num == st.write_file_num:
             # never buffer past writePos: those bytes may not be ours yet
-            want = max(need, min(_READ_CHUNK, self._write_pos - pos))
+            want = max(need, min(READ_CHUNK, st.write_pos - pos))
         chunks = [os.pread(fd, want, pos)]
         got = len(chunks[0])
         while got < need:
@@ -182,59 +215,63 @@ class _Reading(_Recovery):
         self._read_buf = buf
         self._read_buf_start = pos
         if got < need:
-            self._close_read_file()
-            raise _ReadError("EOF" if got == 0 else "unexpected EOF")
+            self.close_file()
+            raise ReadError("EOF" if got == 0 else "unexpected EOF")
         return buf
 
     def _consume(self, next_file_num: int, next_pos: int) -> None:
         """Go's moveForward: the record is taken, positions and depth advance."""
-        old_file_num = self._read_file_num
-        holds = self._holds
+        st = self._state
+        old_file_num = st.read_file_num
+        holds = st.holds
         if holds is not None:  # nothing the metadata records moves until it is released
-            start = (old_file_num, self._read_pos)
-            self._last_held = holds.add(start)
-            self._last_start = start
+            start = (old_file_num, st.read_pos)
+            st.last_held = holds.add(start)
+            st.last_start = start
         else:
-            if not self._count:
-                self._dirty_since = time.monotonic()
-            self._count += 1
-        self._read_file_num = next_file_num
-        self._read_pos = next_pos
-        self._depth -= 1
+            if not st.count:
+                st.dirty_since = time.monotonic()
+            st.count += 1
+        st.read_file_num = next_file_num
+        st.read_pos = next_pos
+        st.depth -= 1
         if old_file_num != next_file_num:
-            self._leave_read_file(old_file_num)
-        self._check_tail_corruption(self._depth)
+            self.leave_file(old_file_num)
+        self.recovery.check_tail_corruption(st.depth)
 
     def _finish_read_file(self) -> None:
         """A finished file ended exactly at the read position: move on without a record."""
-        old_file_num = self._read_file_num
-        self._read_file_num += 1
-        self._read_pos = 0
-        self._leave_read_file(old_file_num)
-        self._check_tail_corruption(self._depth)
+        st = self._state
+        old_file_num = st.read_file_num
+        st.read_file_num += 1
+        st.read_pos = 0
+        self.leave_file(old_file_num)
+        self.recovery.check_tail_corruption(st.depth)
 
-    def _leave_read_file(self, old_file_num: int) -> None:
-        self._close_read_file()
-        if self._holds is not None:  # deleted once the committed position leaves it
-            self._drop_finished_files()
+    def leave_file(self, old_file_num: int) -> None:
+        st = self._state
+        self.close_file()
+        if st.holds is not None:  # deleted once the committed position leaves it
+            self._syncer.drop_finished_files()
             return
         # deleted by the sync that persists metadata past it
-        self._doomed_paths.append(self.file_name(old_file_num))
-        self._request_sync()
+        self._syncer.doom(self._files.segment(old_file_num))
+        self._syncer.request_sync()
 
     def peek(self, limit: int) -> Iterator[bytes]:
         """Up to ``limit`` records from the read cursor on, read from the files on their own:
         nothing of the queue moves (no position, buffer, depth or sync count). A record that
         is incomplete or has a bad size ends the peek (the reader will report it)."""
-        if limit <= 0 or self._depth <= 0:
+        st = self._state
+        if limit <= 0 or st.depth <= 0:
             return
-        file_num, offset = self._read_file_num, self._read_pos
-        write_file_num, write_pos = self._write_file_num, self._write_pos
+        file_num, offset = st.read_file_num, st.read_pos
+        write_file_num, write_pos = st.write_file_num, st.write_pos
         produced = 0
         while produced < limit and file_num <= write_file_num:
             end = write_pos if file_num == write_file_num else None
             try:
-                fd = os.open(self.file_name(file_num), os.O_RDONLY | _OPEN_FLAGS_CLOEXEC)
+                fd = os.open(self._files.segment(file_num), os.O_RDONLY | OPEN_FLAGS_CLOEXEC)
             except FileNotFoundError:
                 fd = -1  # consumed and removed meanwhile: go on with the next file
             if fd >= 0:
@@ -250,123 +287,15 @@ class _Reading(_Recovery):
             offset = 0
 
     def _peek_file(self, fd: int, offset: int, end: int | None) -> Iterator[bytes]:
+        st = self._state
         if end is None:
             end = os.fstat(fd).st_size
         while offset + 4 <= end:
             header = os.pread(fd, 4, offset)
             if len(header) < 4:
                 return
-            (size,) = _LENGTH.unpack(header)
-            if size < self._min_msg_size or size > self._max_msg_size or offset + 4 + size > end:
+            (size,) = LENGTH.unpack(header)
+            if size < st.min_msg_size or size > st.max_msg_size or offset + 4 + size > end:
                 return
             yield os.pread(fd, size, offset + 4)
             offset += 4 + size
-
-    def hold_reads(self) -> None:
-        """From now on the metadata records the committed read position: the start of the
-        oldest record handed out by ``get_held``/``put_held`` and not yet ``release``d."""
-        if self._holds is None:
-            self._holds = ReadHolds()
-            self._committed_file = self._read_file_num
-            self._skip_plan = self._load_held_file()
-
-    def get_held(self) -> tuple[bytes, Hold] | None:
-        """``get``, and the hold that keeps the record on disk until it is released; skips
-        the records the side file says were finished before a restart."""
-        holds = self._holds
-        assert holds is not None, "get_held() needs hold_reads()"
-        while True:
-            record = self._get()
-            if record is None:
-                return None
-            self._last_record = record
-            hold = self._last_held  # set by _consume
-            plan = self._skip_plan
-            if plan is not None:
-                start = self._last_start
-                if start >= plan.cursor:
-                    self._skip_plan = None
-                elif start not in plan.unfinished:
-                    self.release(hold)
-                    continue
-            return record, hold
-
-    def _load_held_file(self) -> SkipPlan | None:
-        try:
-            with open(self.held_file_name(), "rb") as side:
-                data = side.read()
-        except OSError:
-            return None
-        plan = decode_held(data)
-        committed = (self._read_file_num, self._read_pos)
-        if plan is None or plan.cursor <= committed or not self._boundary_found(plan):
-            return None  # nothing it could skip, or it describes other records
-        self._log(
-            "INFO",
-            f"DISKQUEUE({self._name}): {len(plan.unfinished)} unfinished records between "
-            f"{committed} and {plan.cursor}; the others there were finished",
-        )
-        return plan
-
-    def _boundary_found(self, plan: SkipPlan) -> bool:
-        """The side file's boundary record is on disk where it says, byte for byte."""
-        file_num, pos = plan.boundary
-        if (file_num, pos) >= plan.cursor or plan.cursor > (self._write_file_num, self._write_pos):
-            return False
-        try:
-            fd = os.open(self.file_name(file_num), os.O_RDONLY | _OPEN_FLAGS_CLOEXEC)
-            try:
-                found = os.pread(fd, 4 + BOUNDARY_BYTES, pos)
-            finally:
-                os.close(fd)
-        except OSError:
-            return False
-        if len(found) < 4:
-            return False
-        (size,) = _LENGTH.unpack_from(found)
-        expected = min(size, BOUNDARY_BYTES)
-        return (
-            expected == len(plan.boundary_bytes) and found[4 : 4 + expected] == plan.boundary_bytes
-        )
-
-    def release(self, hold: Hold) -> None:
-        """The held record's message is finished (or stored again as a newer record)."""
-        self.release_many((hold,))
-
-    def release_many(self, held: Sequence[Hold]) -> None:
-        """:meth:`release` for several (a batch of FINs)."""
-        holds = self._holds
-        if holds is None:
-            return
-        release = holds.release
-        count = 0
-        moved = False
-        for hold in held:
-            released = release(hold)
-            if released:
-                count += 1
-                moved = moved or released == HEAD_MOVED
-        if not count:
-            return
-        # every release counts toward a sync, so the side file soon knows it is finished
-        if not self._count:
-            self._dirty_since = time.monotonic()
-        self._count += count
-        if moved:
-            oldest = holds.oldest()
-            if (oldest[0] if oldest is not None else self._read_file_num) > self._committed_file:
-                self._drop_finished_files()
-
-    def held(self) -> tuple[int, Hold]:
-        """How many records the committed position keeps (finished ones after an unfinished
-        one included), and the hold of the oldest (NO_HOLD if none)."""
-        holds = self._holds
-        return (len(holds), holds.oldest_hold()) if holds is not None else (0, NO_HOLD)
-
-    def release_all(self) -> None:
-        """Every held message is stored again (a clean shutdown flushed them to the tail)."""
-        holds = self._holds
-        if holds is not None and len(holds):
-            holds.clear()
-            self._count += 1
-            self._drop_finished_files()

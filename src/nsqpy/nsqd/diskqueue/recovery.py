@@ -4,119 +4,156 @@ unreadable files renamed .bad."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from .files import (
-    _COUNT_BUFFER,
-    _LENGTH,
-    _META_PATTERN,
-    _close_quietly,
-    _describe,
-    _remove_quietly,
+    COUNT_BUFFER,
+    LENGTH,
+    META_PATTERN,
+    QueueFiles,
+    describe,
+    remove_quietly,
 )
 from .holds import (
     NO_HOLD,
 )
-from .syncing import _Syncing
+from .state import QueueState
+from .syncing import Syncer
+
+if TYPE_CHECKING:
+    from .reading import Reader
+    from .writing import Writer
 
 
-class _Recovery(_Syncing):
-    __slots__ = ()
+class Recovery:
+    """Brings a queue's state in line with its files: at start-up (the metadata read back,
+    missing or grown files), when the reader catches up (the tail checks) and when a file
+    cannot be read (renamed .bad)."""
 
-    def _check_tail_corruption(self, depth: int) -> None:
+    __slots__ = ("_files", "_reader", "_state", "_syncer", "_writer")
+
+    def __init__(
+        self,
+        state: QueueState,
+        files: QueueFiles,
+        syncer: Syncer,
+        reader: Reader,
+        writer: Writer,
+    ) -> None:
+        self._state = state
+        self._files = files
+        self._syncer = syncer
+        self._reader = reader
+        self._writer = writer
+
+    def start(self) -> None:
+        """Read the metadata back and reconcile it with the files found (Go's start-up, and
+        the salvage described in the package docstring)."""
+        st = self._state
+        self._retrieve_metadata()
+        self._skip_missing_read_files()
+        self._salvage_unrecorded_writes()
+        self.check_tail_corruption(st.depth)
+
+    def check_tail_corruption(self, depth: int) -> None:
         """When the reader has caught up, depth must be 0 and positions must be equal."""
-        if self._read_file_num < self._write_file_num or self._read_pos < self._write_pos:
+        st = self._state
+        if st.read_file_num < st.write_file_num or st.read_pos < st.write_pos:
             return
         if depth != 0:
             if depth < 0:
-                self._log(
+                st.log(
                     "ERROR",
-                    f"DISKQUEUE({self._name}) negative depth at tail ({depth}), "
+                    f"DISKQUEUE({st.name}) negative depth at tail ({depth}), "
                     "metadata corruption, resetting 0...",
                 )
             else:
-                self._log(
+                st.log(
                     "ERROR",
-                    f"DISKQUEUE({self._name}) positive depth at tail ({depth}), "
+                    f"DISKQUEUE({st.name}) positive depth at tail ({depth}), "
                     "data loss, resetting 0...",
                 )
-            self._depth = 0
-            self._request_sync()
-        if self._read_file_num != self._write_file_num or self._read_pos != self._write_pos:
-            if self._read_file_num > self._write_file_num:
-                self._log(
+            st.depth = 0
+            self._syncer.request_sync()
+        if st.read_file_num != st.write_file_num or st.read_pos != st.write_pos:
+            if st.read_file_num > st.write_file_num:
+                st.log(
                     "ERROR",
-                    f"DISKQUEUE({self._name}) readFileNum > writeFileNum "
-                    f"({self._read_file_num} > {self._write_file_num}), corruption, "
+                    f"DISKQUEUE({st.name}) readFileNum > writeFileNum "
+                    f"({st.read_file_num} > {st.write_file_num}), corruption, "
                     "skipping to next writeFileNum and resetting 0...",
                 )
-            if self._read_pos > self._write_pos:
-                self._log(
+            if st.read_pos > st.write_pos:
+                st.log(
                     "ERROR",
-                    f"DISKQUEUE({self._name}) readPos > writePos "
-                    f"({self._read_pos} > {self._write_pos}), corruption, "
+                    f"DISKQUEUE({st.name}) readPos > writePos "
+                    f"({st.read_pos} > {st.write_pos}), corruption, "
                     "skipping to next writeFileNum and resetting 0...",
                 )
-            self._skip_to_next_rw_file()
-            self._request_sync()
+            self.skip_to_next_rw_file()
+            self._syncer.request_sync()
 
-    def _skip_to_next_rw_file(self) -> OSError | None:
+    def skip_to_next_rw_file(self) -> OSError | None:
         """Delete readFileNum..writeFileNum and start both sides on a fresh file."""
-        self._close_files()
+        st = self._state
+        self._reader.close_file()
+        self._writer.close_file()
         failure: OSError | None = None
         # with hold_reads, the files of held records before the cursor go too
-        first = self._read_file_num if self._holds is None else self._committed_file
-        for file_num in range(first, self._write_file_num + 1):
-            path = self.file_name(file_num)
+        first = st.read_file_num if st.holds is None else st.committed_file
+        for file_num in range(first, st.write_file_num + 1):
+            path = self._files.segment(file_num)
             try:
                 os.remove(path)
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                self._log(
+                st.log(
                     "ERROR",
-                    f"DISKQUEUE({self._name}) failed to remove data file - {_describe(exc)}",
+                    f"DISKQUEUE({st.name}) failed to remove data file - {describe(exc)}",
                 )
                 failure = exc
-        self._write_file_num += 1
-        self._write_pos = 0
-        self._read_file_num = self._write_file_num
-        self._read_pos = 0
-        self._depth = 0
-        if self._holds is not None:
-            self._holds.clear()
-            self._committed_file = self._read_file_num
-            self._skip_plan = None
-            self._last_held = NO_HOLD
-            self._last_record = None
-        _remove_quietly(self.held_file_name())
+        st.write_file_num += 1
+        st.write_pos = 0
+        st.read_file_num = st.write_file_num
+        st.read_pos = 0
+        st.depth = 0
+        if st.holds is not None:
+            st.holds.clear()
+            st.committed_file = st.read_file_num
+            st.skip_plan = None
+            st.last_held = NO_HOLD
+            st.last_record = None
+        remove_quietly(self._files.held_path)
         return failure
 
     def _retrieve_metadata(self) -> None:
+        st = self._state
         try:
-            with open(self._meta_path, "rb") as meta:
+            with open(self._files.meta_path, "rb") as meta:
                 text = meta.read()
         except FileNotFoundError:
             return  # a new queue
         except OSError as exc:
-            self._log(
+            st.log(
                 "ERROR",
-                f"DISKQUEUE({self._name}) failed to retrieveMetaData - {_describe(exc)}",
+                f"DISKQUEUE({st.name}) failed to retrieveMetaData - {describe(exc)}",
             )
             return
-        match = _META_PATTERN.match(text)
+        match = META_PATTERN.match(text)
         if match is None:
-            self._log(
+            st.log(
                 "ERROR",
-                f"DISKQUEUE({self._name}) failed to retrieveMetaData - "
+                f"DISKQUEUE({st.name}) failed to retrieveMetaData - "
                 f"unparsable metadata {text[:100]!r}",
             )
             return
         depth, read_num, read_pos, write_num, write_pos = (int(g) for g in match.groups())
-        self._depth = depth
-        self._read_file_num = read_num
-        self._read_pos = read_pos
-        self._write_file_num = write_num
-        self._write_pos = write_pos
+        st.depth = depth
+        st.read_file_num = read_num
+        st.read_pos = read_pos
+        st.write_file_num = write_num
+        st.write_pos = write_pos
 
     def _skip_missing_read_files(self) -> None:
         """A read position in a file that is gone: continue at the next file that exists.
@@ -127,28 +164,29 @@ class _Recovery(_Syncing):
         show the same. The depth is recounted from the files, as the recorded one still counts
         the records of the deleted file.
         """
-        if self._read_file_num >= self._write_file_num:
+        st = self._state
+        if st.read_file_num >= st.write_file_num:
             return  # the write file itself: get() handles a missing one as corruption
-        if os.path.exists(self.file_name(self._read_file_num)):
+        if os.path.exists(self._files.segment(st.read_file_num)):
             return
-        missing = self._read_file_num
+        missing = st.read_file_num
         resume = missing + 1
-        while resume < self._write_file_num and not os.path.exists(self.file_name(resume)):
+        while resume < st.write_file_num and not os.path.exists(self._files.segment(resume)):
             resume += 1
         depth = 0
-        for file_num in range(resume, self._write_file_num + 1):
-            end = self._write_pos if file_num == self._write_file_num else None
-            depth += self._count_records(self.file_name(file_num), 0, end)
-        self._log(
+        for file_num in range(resume, st.write_file_num + 1):
+            end = st.write_pos if file_num == st.write_file_num else None
+            depth += self._count_records(self._files.segment(file_num), 0, end)
+        st.log(
             "WARN",
-            f"DISKQUEUE({self._name}) read file {self.file_name(missing)} is gone (finished "
+            f"DISKQUEUE({st.name}) read file {self._files.segment(missing)} is gone (finished "
             f"before the metadata could record it), continuing at file {resume}, "
-            f"depth {self._depth} -> {depth}",
+            f"depth {st.depth} -> {depth}",
         )
-        self._read_file_num = resume
-        self._read_pos = 0
-        self._depth = depth
-        self._request_sync()
+        st.read_file_num = resume
+        st.read_pos = 0
+        st.depth = depth
+        self._syncer.request_sync()
 
     def _salvage_unrecorded_writes(self) -> None:
         """Handle data written after the last metadata sync (a crash, or a kill).
@@ -157,51 +195,53 @@ class _Recovery(_Syncing):
         reader salvages the old file up to its real size. Here the writer also skips any data
         files after writeFileNum, and the records found beyond writePos are added to the depth.
         """
-        write_path = self.file_name(self._write_file_num)
+        st = self._state
+        write_path = self._files.segment(st.write_file_num)
         try:
             size: int | None = os.stat(write_path).st_size
         except OSError:
             size = None
-        grown = size is not None and size > self._write_pos
+        grown = size is not None and size > st.write_pos
         if grown:
-            self._log(
+            st.log(
                 "WARN",
-                f"DISKQUEUE({self._name}) {write_path} metadata writePos {self._write_pos} "
+                f"DISKQUEUE({st.name}) {write_path} metadata writePos {st.write_pos} "
                 f"< file size of {size}, skipping to new file",
             )
-        first_free = self._write_file_num + 1
-        while os.path.exists(self.file_name(first_free)):
+        first_free = st.write_file_num + 1
+        while os.path.exists(self._files.segment(first_free)):
             first_free += 1
-        extra_files = range(self._write_file_num + 1, first_free)
+        extra_files = range(st.write_file_num + 1, first_free)
         if extra_files:
-            self._log(
+            st.log(
                 "WARN",
-                f"DISKQUEUE({self._name}) data files {self.file_name(extra_files[0])} to "
-                f"{self.file_name(extra_files[-1])} are newer than the metadata, "
+                f"DISKQUEUE({st.name}) data files {self._files.segment(extra_files[0])} to "
+                f"{self._files.segment(extra_files[-1])} are newer than the metadata, "
                 f"skipping to file {first_free}",
             )
         if not grown and not extra_files:
             return
-        found = self._count_records(write_path, self._write_pos) if grown else 0
+        found = self._count_records(write_path, st.write_pos) if grown else 0
         for file_num in extra_files:
-            found += self._count_records(self.file_name(file_num), 0)
+            found += self._count_records(self._files.segment(file_num), 0)
         if found:
-            self._log(
+            st.log(
                 "WARN",
-                f"DISKQUEUE({self._name}) found {found} records written after the last "
-                f"metadata sync, depth {self._depth} -> {self._depth + found}",
+                f"DISKQUEUE({st.name}) found {found} records written after the last "
+                f"metadata sync, depth {st.depth} -> {st.depth + found}",
             )
-            self._depth += found
-        self._write_file_num = first_free
-        self._write_pos = 0
-        self._request_sync()
+            st.depth += found
+        st.write_file_num = first_free
+        st.write_pos = 0
+        self._syncer.request_sync()
 
     def _count_records(self, path: str, start: int, end: int | None = None) -> int:
         """Count the well-formed records in a file from ``start`` up to the first bad one
         (or up to ``end``)."""
+        st = self._state
         count = 0
         try:
-            data_file = open(path, "rb", buffering=_COUNT_BUFFER)  # noqa: SIM115
+            data_file = open(path, "rb", buffering=COUNT_BUFFER)  # noqa: SIM115
         except OSError:
             return 0
         with data_file:
@@ -214,8 +254,8 @@ class _Recovery(_Syncing):
                 header = data_file.read(4)
                 if len(header) < 4:
                     break
-                (length,) = _LENGTH.unpack(header)
-                if length < self._min_msg_size or length > self._max_msg_size:
+                (length,) = LENGTH.unpack(header)
+                if length < st.min_msg_size or length > st.max_msg_size:
                     break
                 if pos + 4 + length > size:
                     break
@@ -224,33 +264,32 @@ class _Recovery(_Syncing):
                 count += 1
         return count
 
-    def _handle_read_error(self) -> None:
+    def handle_read_error(self) -> None:
         """Rename the unreadable file to .bad and carry on with the next file number."""
-        if self._read_file_num == self._write_file_num:
+        st = self._state
+        if st.read_file_num == st.write_file_num:
             # the write file itself is broken: never append to it again
-            if self._write_fd is not None:
-                _close_quietly(self._write_fd)
-                self._write_fd = None
-            self._write_file_num += 1
-            self._write_pos = 0
-        self._close_read_file()
-        bad_path = self.file_name(self._read_file_num)
+            self._writer.close_file()
+            st.write_file_num += 1
+            st.write_pos = 0
+        self._reader.close_file()
+        bad_path = self._files.segment(st.read_file_num)
         bad_rename = bad_path + ".bad"
-        self._log(
+        st.log(
             "WARN",
-            f"DISKQUEUE({self._name}) jump to next file and saving bad file as {bad_rename}",
+            f"DISKQUEUE({st.name}) jump to next file and saving bad file as {bad_rename}",
         )
         try:
             os.rename(bad_path, bad_rename)
         except OSError:
-            self._log(
+            st.log(
                 "ERROR",
-                f"DISKQUEUE({self._name}) failed to rename bad diskqueue file "
+                f"DISKQUEUE({st.name}) failed to rename bad diskqueue file "
                 f"{bad_path} to {bad_rename}",
             )
-        self._read_file_num += 1
-        self._read_pos = 0
-        self._request_sync()
-        if self._holds is not None:
-            self._drop_finished_files()
-        self._check_tail_corruption(self._depth)
+        st.read_file_num += 1
+        st.read_pos = 0
+        self._syncer.request_sync()
+        if st.holds is not None:
+            self._syncer.drop_finished_files()
+        self.check_tail_corruption(st.depth)

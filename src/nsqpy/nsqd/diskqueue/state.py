@@ -1,80 +1,48 @@
-"""The disk queue's fields, declared once for every part of the class (files, syncing,
-recovery, reading and the queue itself build on it in that order)."""
+"""The state the parts of a disk queue share: its limits, the positions its metadata records,
+the sync counter, and the held-reads bookkeeping (holds.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
-
-from ...internal.lg import RepeatSummary
-from .files import (
-    LogFunc,
-    _close_quietly,
-)
-from .holds import (
-    HELD_FILE_SUFFIX,
-    NO_HOLD,
-    Hold,
-    Position,
-    ReadHolds,
-    SkipPlan,
-)
+from .files import LogFunc
+from .holds import NO_HOLD, Hold, Position, ReadHolds, SkipPlan
 
 
-class _QueueState:
-    """Every field of a DiskQueue (``__slots__``) and the helpers all parts use."""
+class QueueState:
+    """One queue's fields, shared by its files, reader, writer, syncer and recovery.
+
+    A plain record (Go's ``diskQueue`` struct fields): each part changes the fields its job
+    covers and calls the others' methods for the rest.
+    """
 
     __slots__ = (
-        "_closed",
-        "_committed_file",
-        "_count",
-        "_data_path",
-        "_depth",
-        "_dirty_since",
-        "_doomed_paths",
-        "_failures",
-        "_holds",
-        "_kicked_sync",
-        "_last_held",
-        "_last_record",
-        "_last_start",
-        "_log",
-        "_max_bytes_per_file",
-        "_max_msg_size",
-        "_meta_lock",
-        "_meta_path",
-        "_min_msg_size",
-        "_name",
-        "_need_sync",
-        "_persisted_seq",
-        "_read_buf",
-        "_read_buf_start",
-        "_read_end",
-        "_read_fd",
-        "_read_file_num",
-        "_read_pos",
-        "_retired_paths",
-        "_retry_at",
-        "_retry_delay",
-        "_side_stale",
-        "_side_written_at",
-        "_skip_plan",
-        "_sync_every",
-        "_sync_lock",
-        "_sync_loop",
-        "_sync_seq",
-        "_sync_timeout",
-        "_write_failing",
-        "_write_fd",
-        "_write_file_num",
-        "_write_pos",
+        "closed",
+        "committed_file",
+        "count",
+        "depth",
+        "dirty_since",
+        "holds",
+        "last_held",
+        "last_record",
+        "last_start",
+        "log",
+        "max_bytes_per_file",
+        "max_msg_size",
+        "min_msg_size",
+        "name",
+        "read_file_num",
+        "read_pos",
+        "side_stale",
+        "side_written_at",
+        "skip_plan",
+        "sync_every",
+        "sync_timeout",
+        "write_file_num",
+        "write_pos",
     )
 
     def __init__(
         self,
         name: str,
-        data_path: str,
         max_bytes_per_file: int,
         min_msg_size: int,
         max_msg_size: int,
@@ -82,84 +50,45 @@ class _QueueState:
         sync_timeout: float,
         log: LogFunc,
     ) -> None:
-        self._name = name
-        self._data_path = data_path
-        self._max_bytes_per_file = max_bytes_per_file
-        self._min_msg_size = min_msg_size
-        self._max_msg_size = max_msg_size
-        self._sync_every = sync_every
-        self._sync_timeout = sync_timeout
-        self._log = log
-        self._meta_path = os.path.join(data_path, f"{name}.diskqueue.meta.dat")
+        self.name = name
+        self.max_bytes_per_file = max_bytes_per_file
+        self.min_msg_size = min_msg_size
+        self.max_msg_size = max_msg_size
+        self.sync_every = sync_every
+        self.sync_timeout = sync_timeout
+        self.log = log
 
-        self._depth = 0
-        self._read_file_num = 0
-        self._read_pos = 0
-        self._write_file_num = 0
-        self._write_pos = 0
+        self.depth = 0
+        self.read_file_num = 0
+        self.read_pos = 0
+        self.write_file_num = 0
+        self.write_pos = 0
+        self.closed = False
 
-        self._read_fd: int | None = None
-        self._read_buf = b""
-        self._read_buf_start = 0
-        # End of the file being read once it is complete; None while it is the write file.
-        self._read_end: int | None = None
-        self._write_fd: int | None = None
+        self.count = 0  # reads + writes since the last sync snapshot
+        self.dirty_since = 0.0  # when the first of those happened
 
-        self._count = 0  # reads + writes since the last sync snapshot
-        self._dirty_since = 0.0  # when the first of those happened
-        self._need_sync = False
-        self._retired_paths: list[str] = []
-        self._doomed_paths: list[str] = []
-        self._closed = False
-        self._failures = RepeatSummary(log)
-        self._retry_at = 0.0  # no sync before this (monotonic) time: backing off after failures
-        self._retry_delay = 0.0
-        self._write_failing = False  # quiet the reopen line while every write fails
-        self._kicked_sync: asyncio.Task[None] | None = None
-        self._sync_lock: asyncio.Lock | None = None
-        self._sync_loop: asyncio.AbstractEventLoop | None = None
-        # Snapshot ordering between worker threads: a metadata rename happens only for a
-        # snapshot newer than the last one persisted (or than the last Empty).
-        self._meta_lock = threading.Lock()
-        self._sync_seq = 0
-        self._persisted_seq = 0
         # hold_reads(): records read but not finished; None is Go's behaviour
-        self._holds: ReadHolds | None = None
-        self._committed_file = 0  # files before this one are wholly finished
-        self._skip_plan: SkipPlan | None = None  # records finished before a restart
+        self.holds: ReadHolds | None = None
+        self.committed_file = 0  # files before this one are wholly finished
+        self.skip_plan: SkipPlan | None = None  # records finished before a restart
         # the last record handed out: its hold, start and bytes (the side file's boundary)
-        self._last_held: Hold = NO_HOLD
-        self._last_start: Position = (0, 0)
-        self._last_record: bytes | None = None
-        self._side_written_at = 0.0  # monotonic
-        self._side_stale = False  # a sync left the side file out (too soon after the last)
+        self.last_held: Hold = NO_HOLD
+        self.last_start: Position = (0, 0)
+        self.last_record: bytes | None = None
+        self.side_written_at = 0.0  # monotonic
+        self.side_stale = False  # a sync left the side file out (too soon after the last)
 
-    @property
-    def name(self) -> str:
-        return self._name
+    def committed(self) -> tuple[int, int, int]:
+        """(depth, read file, read position) as the metadata records them: with held reads
+        the start of the oldest held record, and a depth that counts the held records."""
+        holds = self.holds
+        if holds is not None:
+            oldest = holds.oldest()
+            if oldest is not None:
+                return self.depth + len(holds), oldest[0], oldest[1]
+        return self.depth, self.read_file_num, self.read_pos
 
-    def depth(self) -> int:
-        return self._depth
-
-    def file_name(self, file_num: int) -> str:
-        return os.path.join(self._data_path, f"{self._name}.diskqueue.{file_num:06d}.dat")
-
-    def meta_file_name(self) -> str:
-        return self._meta_path
-
-    def held_file_name(self) -> str:
-        return os.path.join(self._data_path, self._name + HELD_FILE_SUFFIX)
-
-    def _close_read_file(self) -> None:
-        if self._read_fd is not None:
-            _close_quietly(self._read_fd)
-            self._read_fd = None
-        self._read_buf = b""
-        self._read_buf_start = 0
-        self._read_end = None
-
-    def _close_files(self) -> None:
-        self._close_read_file()
-        if self._write_fd is not None:
-            _close_quietly(self._write_fd)
-            self._write_fd = None
+    def caught_up(self) -> bool:
+        """The reader is at (or, after corruption, past) the writer."""
+        return self.read_file_num >= self.write_file_num and self.read_pos >= self.write_pos

@@ -20,10 +20,11 @@ from typing import Any
 
 from nsqpy.internal import lg
 from nsqpy.nsqd.channel import Channel
+from nsqpy.nsqd.client_v2 import ClientV2
 from nsqpy.nsqd.message import Message
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.nsqd.options import Options
-from nsqpy.protocol import FRAME_TYPE_MESSAGE, FrameDecoder
+from nsqpy.protocol import FRAME_TYPE_MESSAGE, CommandParser, FrameDecoder
 from nsqpy.protocol.message import DecodedMessage, decode_message
 
 #: What a loop turn may need to move a publish through the topic's pump to its channels.
@@ -153,3 +154,60 @@ async def loop_turns(turns: int = LOOP_TURNS) -> None:
     """Let the event loop run what was scheduled (the topic's pump, an ephemeral deletion)."""
     for _ in range(turns):
         await asyncio.sleep(0)
+
+
+class RecordingTransport:
+    """The few members of ``asyncio.Transport`` a ClientV2 uses, keeping every byte written.
+
+    Closing is as with a socket: the protocol hears ``connection_lost`` on a later loop turn.
+    """
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+        self.reading = True
+        self.protocol: asyncio.Protocol | None = None
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed, "nothing is written after close"
+        self.written += data
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.protocol is not None:
+                asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+
+    def abort(self) -> None:
+        self.close()
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+
+def connect_client(
+    nsqd: NSQD, client_id: int, fin_runs: bool = True
+) -> tuple[ClientV2, RecordingTransport]:
+    """A V2 connection of nsqd's own (ClientV2) on a :class:`RecordingTransport`: the test
+    sends it bytes with ``data_received``. With ``fin_runs=False`` its parser hands every FIN
+    line to the FIN handler on its own, as a parser without the FIN-run fast path would."""
+    client = ClientV2(nsqd, client_id)
+    if not fin_runs:
+        opts = nsqd.options
+        client._parser = CommandParser(opts.max_msg_size, opts.max_body_size, fin_runs=False)
+    transport = RecordingTransport()
+    transport.protocol = client
+    client.connection_made(transport)  # type: ignore[arg-type]
+    return client, transport

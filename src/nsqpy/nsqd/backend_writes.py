@@ -105,7 +105,7 @@ class BackendWrites:
         self.logger = nsqd.logger
         self.fault_log = nsqd.fault_log
         self.health_error: str | None = None
-        self._syncing: dict[DiskQueue, asyncio.Task[None]] = {}
+        self._syncing: dict[Backend, asyncio.Task[None]] = {}
         self._write_batch: dict[Backend, tuple[deque[Message], list[Message]]] | None = None
 
     # ------------------------------------------------------------------ writes
@@ -133,7 +133,7 @@ class BackendWrites:
             raise BackendWriteError(str(exc)) from None
         if self.health_error is not None or self.fault_log.active:
             self._backend_writable(backend)
-        if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
+        if backend not in self._syncing and backend.sync_due():
             self._start_sync(backend)
 
     def write_many_to_backend(
@@ -215,7 +215,7 @@ class BackendWrites:
         ``keep`` returns the messages it left unwritten."""
         try:
             written = False
-            if isinstance(backend, DiskQueue):
+            if backend.disk_queue() is not None:  # a memory-only backend drops them anyway
                 framed = encoded.framed(msgs)
                 written = framed is not None and backend.put_framed(framed, len(msgs))
             if not written:
@@ -231,7 +231,7 @@ class BackendWrites:
             return msgs[stored:]
         if self.health_error is not None or self.fault_log.active:
             self._backend_writable(backend)
-        if isinstance(backend, DiskQueue) and backend not in self._syncing and backend.sync_due():
+        if backend not in self._syncing and backend.sync_due():
             self._start_sync(backend)
         return []
 
@@ -249,17 +249,17 @@ class BackendWrites:
         while True:
             await asyncio.sleep(interval)
             for queue in self.nsqd.backends():
-                if not isinstance(queue, DiskQueue) or queue in self._syncing:
+                if queue in self._syncing:
                     continue
                 if queue.sync_due():
                     self._start_sync(queue)
 
-    def _start_sync(self, queue: DiskQueue) -> None:
+    def _start_sync(self, queue: Backend) -> None:
         task = self.nsqd.loop.create_task(queue.sync())
         self._syncing[queue] = task
         task.add_done_callback(lambda done: self._sync_finished(queue, done))
 
-    def _sync_finished(self, queue: DiskQueue, task: asyncio.Task[None]) -> None:
+    def _sync_finished(self, queue: Backend, task: asyncio.Task[None]) -> None:
         self._syncing.pop(queue, None)
         if not task.cancelled() and task.exception() is not None:
             self.logger.error(f"failed to sync disk queue - {task.exception()}")
@@ -276,7 +276,7 @@ class BackendWrites:
         if topic is None:
             return tuple(self._syncing.values())
         if not topic.publish_writes_channels():
-            task = self._syncing.get(topic.backend)  # type: ignore[call-overload]
+            task = self._syncing.get(topic.backend)
             return (task,) if task is not None else ()
         name = topic.name
         return tuple(

@@ -350,8 +350,9 @@ class NSQD:
         backend = self.new_backend(f"{topic.name}:{name}", ephemeral=name.endswith("#ephemeral"))
         channel = Channel(topic, name, self, backend)
         opts = self.options
-        if isinstance(backend, DiskQueue) and opts.mem_queue_size == 0 and opts.sync_every == 1:
-            channel.hold_messages(backend)  # nothing acknowledged is lost to a SIGKILL
+        disk_queue = backend.disk_queue()
+        if disk_queue is not None and opts.mem_queue_size == 0 and opts.sync_every == 1:
+            channel.hold_messages(disk_queue)  # nothing acknowledged is lost to a SIGKILL
         self.dead_letters.apply(channel)
         self.queue_limits.apply(channel)
         self.logger.info(f"TOPIC({topic.name}): new channel({name})")

@@ -18,7 +18,7 @@ from ..protocol import is_valid_name
 from . import metadata
 from .beyond import deferred_store
 from .beyond.deferred_store import DeferredRecord
-from .diskqueue import DiskQueue, queue_names
+from .diskqueue import queue_names
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -152,12 +152,12 @@ class Persistence:
 
     def remember_deferred(self, backend: Backend, deferred: list[tuple[Message, float]]) -> None:
         """Shutdown: the deferred messages of a queue being flushed, for ``save_deferred``."""
-        if deferred and isinstance(backend, DiskQueue):
+        if deferred and backend.disk_queue() is not None:
             self._deferred_records[backend.name] = DeferredRecord([], deferred)
 
     def save_deferred(self) -> None:
         """After every queue is closed: record where each queue stands, then write the file."""
-        queues = {q.name: q for q in self.nsqd.backends() if isinstance(q, DiskQueue)}
+        queues = {q.name: q for b in self.nsqd.backends() if (q := b.disk_queue()) is not None}
         records = {}
         for name, record in self._deferred_records.items():
             queue = queues.get(name)
@@ -190,10 +190,11 @@ class Persistence:
         skip_ids: set[bytes],
         restore: Callable[[Message, float], None],
     ) -> None:
-        if not isinstance(backend, DiskQueue) or backend.name not in records:
+        disk_queue = backend.disk_queue()
+        if disk_queue is None or backend.name not in records:
             return
         record = records[backend.name]
-        if record.positions != list(backend.positions()):
+        if record.positions != list(disk_queue.positions()):
             self.logger.warn(
                 f"DISKQUEUE({backend.name}): changed since shutdown; deferred messages "
                 "will be delivered when read, as Go does"

@@ -14,7 +14,6 @@ from ..protocol.names import is_ephemeral
 from .backend import Backend
 from .beyond.topic_held import HeldCopies
 from .channel import Channel
-from .diskqueue import DiskQueue
 from .guid import GUIDFactory
 from .message import Message, message_from_bytes
 
@@ -102,8 +101,9 @@ class Topic:
         # --mem-queue-size=0 with --sync-every above 1: Go's route (topic_held.py)
         self.held_copies: HeldCopies | None = None
         held = self.mem_capacity <= 0 and nsqd.options.sync_every > 1
-        if held and isinstance(backend, DiskQueue):
-            self.held_copies = HeldCopies(backend)
+        disk_queue = backend.disk_queue()
+        if held and disk_queue is not None:
+            self.held_copies = HeldCopies(disk_queue)
         # Go's Topic.Start(): until then messages wait in the topic even if channels exist,
         # so channels pre-created from nsqlookupd get the first messages too.
         self.started = True

@@ -21,7 +21,6 @@ from aiohttp import web
 
 from ...internal.http_api import ApiError
 from ..auth import AuthError, HttpCaller
-from ..diskqueue import DiskQueue
 from ..message import Message, message_from_bytes
 
 if TYPE_CHECKING:
@@ -76,10 +75,11 @@ def queued(
             return out
         out.append(msg)
     skip = set(skip_ids)
-    if not isinstance(backend, DiskQueue):
+    queue = backend.disk_queue()
+    if queue is None:
         return out
     # read a few extra records: restored deferred messages still have disk copies to skip
-    for data in backend.peek(limit - len(out) + len(skip)):
+    for data in queue.peek(limit - len(out) + len(skip)):
         if len(out) >= limit:
             break
         try:

@@ -177,9 +177,10 @@ class QueueCounts:
 def disk_bytes(backend: Backend, memory: SizedQueue | None = None) -> int:
     """Bytes of the records ``backend`` has not read yet (0 for a non-disk backend).
     ``memory``, if given, caches the finished files' sizes while the positions stay in them."""
-    if not isinstance(backend, DiskQueue):
+    queue = backend.disk_queue()
+    if queue is None:
         return 0
-    _, read_num, read_pos, write_num, write_pos = backend.positions()
+    _, read_num, read_pos, write_num, write_pos = queue.positions()
     if read_num == write_num:
         return max(0, write_pos - read_pos)
     span = memory.span if memory is not None else (-1, -1, 0)
@@ -187,7 +188,7 @@ def disk_bytes(backend: Backend, memory: SizedQueue | None = None) -> int:
         total = 0
         for num in range(read_num, write_num):  # finished files: their size no longer changes
             try:
-                total += os.path.getsize(backend.file_name(num))
+                total += os.path.getsize(queue.file_name(num))
             except OSError:
                 pass  # gone (corrupt, renamed .bad): the reader skips it too
         span = (read_num, write_num, total)
@@ -210,10 +211,10 @@ class DiskHead:
 
     def timestamp(self) -> int | None:
         """None when the queue has no record or it cannot be read."""
-        backend = self.backend
-        if not isinstance(backend, DiskQueue):
+        queue = self.backend.disk_queue()
+        if queue is None:
             return None
-        _, read_num, read_pos, write_num, write_pos = backend.positions()
+        _, read_num, read_pos, write_num, write_pos = queue.positions()
         if read_num == write_num and read_pos >= write_pos:
             return None
         # at the end of a finished file, the next record starts the following file
@@ -221,7 +222,7 @@ class DiskHead:
             if num > write_num:
                 break
             try:
-                head = os.pread(self._open(backend, num), _HEAD.size, pos)
+                head = os.pread(self._open(queue, num), _HEAD.size, pos)
             except OSError:
                 return None
             if len(head) == _HEAD.size:

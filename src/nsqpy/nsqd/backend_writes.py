@@ -2,7 +2,7 @@
 one MPUB's (or pump turn's) writes into one write(2) per queue with shared messages encoded and
 framed once, --sync-every/--sync-timeout fsyncs and the acknowledgements that wait for them,
 the daemon's health (a refused write makes it unhealthy, the next good one healthy again), and
-the shutdown flush of memory queues to disk.
+the logged writes and closes of the shutdown flushes (``Channel.flush``, ``Topic.flush``).
 
 NSQD owns one :class:`BackendWrites` (``nsqd.writes``); topics, channels and the publish
 commands hold it directly, so the per-message path costs no more attribute look-ups than a
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .diskqueue import DiskQueue, DiskQueueError
 from .errors import BackendWriteError
@@ -25,14 +25,25 @@ if TYPE_CHECKING:
 
     from ..protocol.errors import ProtocolError
     from .backend import Backend
-    from .channel import Channel
     from .diskqueue.holds import Hold
     from .message import Message
     from .nsqd import NSQD
-    from .topic import Topic
 
 
 _RECORD_SIZE = struct.Struct(">I")
+
+
+class PublishTarget(Protocol):
+    """What :meth:`BackendWrites.running_syncs` reads of the topic a publish goes to."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    def publish_writes_channels(self) -> bool: ...
+
 
 # the client errors a failing backend causes, summarised under one key of the fault log
 _WRITE_FAILURE_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
@@ -266,7 +277,7 @@ class BackendWrites:
         elif not self.nsqd.exiting and queue.sync_due():  # writes made meanwhile are due already
             self._start_sync(queue)
 
-    def running_syncs(self, topic: Topic | None = None) -> tuple[asyncio.Task[None], ...]:
+    def running_syncs(self, topic: PublishTarget | None = None) -> tuple[asyncio.Task[None], ...]:
         """Syncs under way now: a publish arriving now is acknowledged after them. Only the
         queues a publish to ``topic`` can write count: with --mem-queue-size > 0 the topic's
         own (its pump writes the channels' later), else the topic's and its channels' (named
@@ -307,35 +318,9 @@ class BackendWrites:
         else:
             self.logger.error(line)
 
-    # ------------------------------------------------------------------ shutdown flushes
+    # ------------------------------------------------------------------ shutdown
 
-    def flush_channel_to_backend(self, channel: Channel) -> bool:
-        """Shutdown: memory, in-flight, then deferred messages to disk, in Go's order; False
-        if the disk refused them."""
-        now = self.nsqd.now()
-        deferred = [(m, max(0.0, m.pri - now)) for m in channel.deferred.values()]
-        msgs = channel.messages_to_persist()
-        stored = True
-        if msgs and not channel.ephemeral:
-            count = len(msgs)
-            self.logger.info(
-                f"CHANNEL({channel.name}): flushing {count} memory messages to backend"
-            )
-            stored = self._put_many_logged(channel.backend, msgs, f"CHANNEL({channel.name})")
-        self.nsqd.persistence.remember_deferred(channel.backend, deferred)
-        return stored
-
-    def flush_topic_to_backend(self, topic: Topic) -> None:
-        msgs = list(topic.memory_queue)
-        topic.memory_queue.clear()
-        if msgs and not topic.ephemeral:
-            count = len(msgs)
-            self.logger.info(f"TOPIC({topic.name}): flushing {count} memory messages to backend")
-            self._put_many_logged(topic.backend, msgs, f"TOPIC({topic.name})")
-        deferred = [(m, m.deferred) for m in msgs if m.deferred]
-        self.nsqd.persistence.remember_deferred(topic.backend, deferred)
-
-    def _put_many_logged(self, backend: Backend, msgs: list[Message], context: str) -> bool:
+    def put_many_logged(self, backend: Backend, msgs: list[Message], context: str) -> bool:
         try:
             backend.put_many([m.encode() for m in msgs])
         except (DiskQueueError, OSError) as exc:

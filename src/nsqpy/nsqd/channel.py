@@ -572,10 +572,24 @@ class Channel(HeldMessages):
         """Clean shutdown: keep queued, in-flight and deferred messages in the backend."""
         self.exiting = True
         self.close_clients()
-        stored = self.writes.flush_channel_to_backend(self)
+        stored = self.flush()
         if stored and self.held_queue is not None:
             self.held_queue.release_all()  # every held message was just stored again
         self.writes.close_backend(self.backend, f"CHANNEL({self.name})")
+
+    def flush(self) -> bool:
+        """Shutdown: memory, in-flight, then deferred messages to disk, in Go's order; False
+        if the disk refused them."""
+        now = self.nsqd.now()
+        deferred = [(m, max(0.0, m.pri - now)) for m in self.deferred.values()]
+        msgs = self.messages_to_persist()
+        stored = True
+        if msgs and not self.ephemeral:
+            context = f"CHANNEL({self.name})"
+            self.nsqd.logger.info(f"{context}: flushing {len(msgs)} memory messages to backend")
+            stored = self.writes.put_many_logged(self.backend, msgs, context)
+        self.nsqd.persistence.remember_deferred(self.backend, deferred)
+        return stored
 
     def restore_deferred(self, msg: Message, remaining: float) -> None:
         if self.held_queue is not None:

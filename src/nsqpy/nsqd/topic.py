@@ -422,5 +422,16 @@ class Topic:
         self.exiting = True
         for channel in self._channel_list:
             channel.close()
-        self.writes.flush_topic_to_backend(self)
+        self.flush()
         self.writes.close_backend(self.backend, f"TOPIC({self.name})")
+
+    def flush(self) -> None:
+        """Shutdown: the memory queue to disk; deferred messages are remembered."""
+        msgs = list(self.memory_queue)
+        self.memory_queue.clear()
+        if msgs and not self.ephemeral:
+            context = f"TOPIC({self.name})"
+            self.nsqd.logger.info(f"{context}: flushing {len(msgs)} memory messages to backend")
+            self.writes.put_many_logged(self.backend, msgs, context)
+        deferred = [(m, m.deferred) for m in msgs if m.deferred]
+        self.nsqd.persistence.remember_deferred(self.backend, deferred)

@@ -162,7 +162,7 @@ class BackendWrites:
         pending[1].extend(msgs)
 
     def write_held(self, queue: DiskQueue, msg: Message, context: str) -> Hold | None:
-        """A held channel's write (channel_held.py), never batched, as the caller may
+        """A held channel's write (beyond/channel_held.py), never batched, as the caller may
         deliver or pump at once: handed out and held when nothing waits before it (the Hold),
         otherwise stored as waiting (None). BackendWriteError as :meth:`write_to_backend`."""
         try:

@@ -10,7 +10,7 @@ protocol (consumer.py): it reads their readiness, puts messages in flight itself
 their attempts) and hands them over; it never reaches into a connection.
 
 The held mode (``--mem-queue-size=0 --sync-every=1``: each message's disk record kept until
-it is finished) is in channel_held.py, a base class of :class:`Channel`.
+it is finished) is in beyond/channel_held.py, a base class of :class:`Channel`.
 """
 
 from __future__ import annotations
@@ -97,11 +97,11 @@ class Channel(HeldMessages):
         self.e2e = nsqd.new_e2e_stream()
         # IDs of deferred messages restored at start-up whose disk copies must be skipped.
         self.skip_ids: set[bytes] = set()
-        # nsqpy dead-lettering (dead_letter.py): 0 = off, Go's behaviour
+        # nsqpy dead-lettering (beyond/dead_letter.py): 0 = off, Go's behaviour
         self.max_attempts = 0
         self.dead_letter_suffix = ""
         self.dead_letter_count = 0
-        super().__init__()  # held mode (channel_held.py): off until hold_messages()
+        super().__init__()  # held mode (beyond/channel_held.py): off until hold_messages()
 
     # ------------------------------------------------------------------ consumers
 
@@ -499,7 +499,7 @@ class Channel(HeldMessages):
 
     def _settled(self, ids: list[bytes]) -> None:
         """This channel is done with these messages: the topic may let go of the records of
-        copies a full disk refused (topic_held.py)."""
+        copies a full disk refused (beyond/topic_held.py)."""
         copies = self.topic.held_copies
         if copies is not None and copies.pending:
             copies.finished(self, ids)

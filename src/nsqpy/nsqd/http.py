@@ -86,7 +86,7 @@ class HTTPServer:
 
     async def ping(self, request: web.Request) -> web.Response:
         health = self.nsqd.writes.health_error
-        if self.nsqd.draining:  # nsqpy --drain-timeout: readiness probes see it (drain.py)
+        if self.nsqd.draining:  # nsqpy --drain-timeout: readiness probes see it (beyond/drain.py)
             return plain_text("DRAINING", 503)
         if health is not None:
             return plain_text(f"NOK - {health}", 500)
@@ -156,7 +156,7 @@ class HTTPServer:
         syncs = self.nsqd.writes.running_syncs(topic)
         try:
             topic.put_message(msg)
-        except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
+        except QueueFullError:  # nsqpy --max-queue-bytes (beyond/queue_limits.py)
             raise ApiError(503, "QUEUE_FULL") from None
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
@@ -201,7 +201,7 @@ class HTTPServer:
                 syncs = await publish_chunks(self.nsqd, topic, chunks, list)
             else:
                 syncs = await publish_chunks(self.nsqd, topic, regions, lines_of)
-        except QueueFullError:  # nsqpy --max-queue-bytes (queue_limits.py)
+        except QueueFullError:  # nsqpy --max-queue-bytes (beyond/queue_limits.py)
             raise ApiError(503, "QUEUE_FULL") from None
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None

@@ -166,7 +166,7 @@ async def publish(
 
     Raises as ``Topic.put_messages`` and ``batched_writes()`` do, at the first failure.
     With ``--max-queue-bytes`` caps the whole body is one put, so a publish that does not
-    fit is refused as a whole (queue_limits.py)."""
+    fit is refused as a whole (beyond/queue_limits.py)."""
     if nsqd.queue_limits.active:
         return _put_whole(nsqd, topic, [body for chunk in chunks for body in bodies_of(chunk)])
     writes = nsqd.writes

@@ -111,7 +111,7 @@ class NSQD:
         # nsqpy beyond Go (docs/beyond-go.md): set by drain.start_draining on SIGTERM
         self.draining = False
         self.dead_letters = DeadLetters(self)
-        self.queue_limits = QueueLimits(self)  # nsqpy --max-queue-bytes (queue_limits.py)
+        self.queue_limits = QueueLimits(self)  # nsqpy --max-queue-bytes (beyond/queue_limits.py)
 
     def _validate(self) -> None:
         """Go's New(): option checks, in its order (after the data-path lock)."""

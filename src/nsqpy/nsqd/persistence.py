@@ -3,7 +3,7 @@ channels and pause states, written off the event loop one write per loop turn, r
 a backoff when the disk refuses it) and the deferred messages saved at shutdown and restored
 at start when their queues have not changed meanwhile.
 
-The file formats are metadata.py's and deferred_store.py's; this module decides when they are
+The file formats are metadata.py's and beyond/deferred_store.py's; this module decides when they are
 read and written. NSQD owns one :class:`Persistence` (``nsqd.persistence``).
 """
 

@@ -43,7 +43,7 @@ PUMP_MIN_SLICED = 10
 PUMP_YIELD = 3.0
 #: With --mem-queue-size=0, a publish to a topic with up to this many channels writes their
 #: queues before its OK (as many writes and fsyncs to wait for as channels); with more, the
-#: topic's held queue takes it (one write) and the pump copies later (topic_held.py). The
+#: topic's held queue takes it (one write) and the pump copies later (beyond/topic_held.py). The
 #: crossover, measured with bench_writer: PUB to 1-3 channels is faster direct, to 5 about
 #: even, to 7 and more faster through the topic.
 DIRECT_CHANNELS = 4
@@ -98,7 +98,7 @@ class Topic:
         self._copy_cost = 0.0  # seconds per channel copy, measured by the pump
         self._deferred_waiting = 0  # DPUB messages in the topic's queue (paused, no channels)
         self.skip_ids: set[bytes] = set()
-        # --mem-queue-size=0 with --sync-every above 1: Go's route (topic_held.py)
+        # --mem-queue-size=0 with --sync-every above 1: Go's route (beyond/topic_held.py)
         self.held_copies: HeldCopies | None = None
         held = self.mem_capacity <= 0 and nsqd.options.sync_every > 1
         disk_queue = backend.disk_queue()
@@ -151,7 +151,7 @@ class Topic:
     # --sync-every=1 or on an ephemeral topic, otherwise up to DIRECT_CHANNELS channels. With
     # more channels (and --sync-every above 1) the publish is acknowledged in the topic's disk
     # queue, as in Go, and its records are held until every channel has settled its copy
-    # (topic_held.py).
+    # (beyond/topic_held.py).
 
     def new_message(self, body: bytes) -> Message:
         return Message(self.guid.new_id(), body, self.nsqd.wall_ns())

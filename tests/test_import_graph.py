@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parent.parent / "src"
 NSQD = "nsqpy.nsqd"
 DISKQUEUE = "nsqpy.nsqd.diskqueue"
@@ -188,11 +186,6 @@ def test_nsqd_modules_import_no_cycle() -> None:
     assert not cycle, "nsqd import cycle:\n" + describe(cycle, graph)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the disk queue's Reader keeps its Recovery (reading <-> recovery) and Writer "
-    "imports Reader while Recovery names Writer",
-)
 def test_disk_queue_modules_import_no_cycle() -> None:
     graph = nsqd_graph(inside_diskqueue=True)
     cycle = find_cycle(graph)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsqpy.nsqd.channel import Channel, ChannelError
@@ -217,18 +217,7 @@ def test_fin_runs_and_single_fins_send_the_same_and_leave_the_same_state(
     assert fast == plain
 
 
-#: A known difference needs no smallest example each run.
-NO_SHRINK = (Phase.explicit, Phase.generate)
-OTHERS_DIVERGE = (
-    "a FIN run that meets another client's in-flight ID takes that message out of in_flight "
-    "and puts it back at the end, on the capped heap (Channel.finish_many, "
-    "_put_back_in_flight): its timeout then comes after later deadlines of its group, while a "
-    "single FIN leaves it in deadline order"
-)
-
-
-@pytest.mark.xfail(reason=OTHERS_DIVERGE, strict=True)
-@settings(max_examples=60, deadline=None, derandomize=True, phases=NO_SHRINK)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.integers(min_value=1, max_value=OWN), fin_streams_with_others, cuts)
 def test_fin_runs_and_single_fins_agree_on_another_clients_ids(
     rdy: int, ops: list[bytes], points: list[int]
@@ -328,8 +317,7 @@ def test_finish_many_and_finish_message_agree(
     assert fast == plain
 
 
-@pytest.mark.xfail(reason=OTHERS_DIVERGE, strict=True)
-@settings(max_examples=25, deadline=None, derandomize=True, phases=NO_SHRINK)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(picks=finish_picks_with_others)
 def test_finish_many_and_finish_message_agree_on_another_clients_ids(picks: list[int]) -> None:
     options = {"max_msg_timeout": MSG_TIMEOUT + 0.5}

@@ -373,15 +373,14 @@ class Channel(HeldMessages):
         held = self.held_queue
         released: list[Hold] = []  # held mode: given back in one call
         finished = len(ids)
-        pop = in_flight.pop
+        get = in_flight.get
         for index in range(start, finished):
             msg_id = ids[index]
-            msg = pop(msg_id, None)  # one lookup for the usual case: found and the client's
-            if msg is None or msg.client is not client:
-                if msg is not None:
-                    self._put_back_in_flight(msg)  # another client's: left in flight
+            msg = get(msg_id)
+            if msg is None or msg.client is not client:  # another client's stays where it is
                 finished = index
                 break
+            del in_flight[msg_id]
             group = msg.group
             if group is not None:
                 if group is not in_flight:
@@ -397,14 +396,6 @@ class Channel(HeldMessages):
             held.release_many(released)
         self._settled(ids[start:finished] if start else ids[:finished])
         return finished
-
-    def _put_back_in_flight(self, msg: Message) -> None:
-        """``msg`` was taken out of ``in_flight`` by mistake: back at its end, so out of its
-        deadline order there; the heap times it out if it was of that group."""
-        self.in_flight[msg.id] = msg
-        if msg.group is self.in_flight:
-            msg.group = None
-            heapq.heappush(self._in_flight_capped, (msg.pri, msg.id, msg))
 
     def _pop_in_flight(self, client: Consumer, msg_id: bytes) -> Message:
         msg = self.in_flight.get(msg_id)

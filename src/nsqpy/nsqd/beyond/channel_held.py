@@ -4,7 +4,7 @@ message's disk record until the message is finished (``Channel`` inherits it).
 With ``--mem-queue-size=0 --sync-every=1`` (``hold_messages``), nothing acknowledged is lost
 to a SIGKILL: a message is in the channel's disk queue before any consumer gets it, and its
 record stays *held* there until the message is finished, requeued as a newer record or
-dead-lettered (read_holds.py): the queue's metadata records the start of the oldest held
+dead-lettered (diskqueue/holds.py): the queue's metadata records the start of the oldest held
 record, so after a SIGKILL every in-flight and deferred message is read again (at least once;
 its attempts as on disk, which a redelivery raises to what the consumer saw). A message handed
 straight to a ready consumer is appended and held at once (``_put_held``). A DPUB or restored

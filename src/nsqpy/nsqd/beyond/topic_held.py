@@ -4,7 +4,7 @@ With --mem-queue-size=0 (and --sync-every above 1) a publish is acknowledged onc
 in the topic's disk queue, and the topic's pump copies it to the channels' disk queues later, as
 Go's topic does: one write and one queue's fsyncs before the OK, however many channels. When a
 channel's disk refuses the copy, Go logs "failed to write message to backend" and the copy is
-gone. Here the topic's disk queue holds its reads (read_holds.py): its metadata moves past a
+gone. Here the topic's disk queue holds its reads (diskqueue/holds.py): its metadata moves past a
 message only once every channel has settled its copy.
 
 * A copy stored in every channel's queue settles at once, with the pump's batch.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .files import (
     LENGTH,
@@ -20,8 +20,14 @@ from .files import (
 from .state import QueueState
 from .syncing import Syncer
 
-if TYPE_CHECKING:
-    from .recovery import Recovery
+
+class ReadFailures(Protocol):
+    """What the reader asks of recovery (:class:`~.recovery.Recovery`), which in turn closes
+    this reader's file: named here so the two modules do not import each other."""
+
+    def check_tail_corruption(self, depth: int) -> None: ...
+
+    def handle_read_error(self) -> None: ...
 
 
 class Reader:
@@ -47,7 +53,7 @@ class Reader:
         self._read_buf_start = 0
         # End of the file being read once it is complete; None while it is the write file.
         self._read_end: int | None = None
-        self.recovery: Recovery  # wired by DiskQueue (recovery closes this reader's file)
+        self.recovery: ReadFailures  # wired by DiskQueue
 
     def close_file(self) -> None:
         if self._read_fd is not None:

@@ -6,7 +6,6 @@ writing plain bytes (or compressed too early) fails the script.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -16,6 +15,7 @@ from nsqpy.client import Consumer, IdentifyError, Message
 from nsqpy.protocol.frames import FRAME_TYPE_RESPONSE, encode_frame
 from nsqpy.testing.certs import Certs
 
+from ..raw_v2 import wait_until_async
 from .fake_nsqd import (
     IDENTIFY_DEFAULTS,
     FakeNsqd,
@@ -133,8 +133,11 @@ async def test_tls_requested_but_refused_does_not_connect() -> None:
             "t", "c", print, nsqd_tcp_addresses=[fake.address], tls=True, reconnect_interval=10
         )
         await consumer.start()
-        while not fake.connections or not fake.connections[0].closed:
-            await asyncio.sleep(0.005)
+        await wait_until_async(
+            lambda: fake.connections and fake.connections[0].closed,
+            timeout=10.0,
+            what="the connection closed",
+        )
         assert consumer.connections == {}
         await consumer.close()
     assert b"SUB t c" not in fake.connections[0].lines

@@ -16,6 +16,7 @@ import pytest
 
 from nsqpy.client import Consumer, Message
 
+from ..raw_v2 import wait_until_async
 from .fake_nsqd import (
     FakeNsqd,
     close,
@@ -136,11 +137,9 @@ async def test_results_inside_a_backoff_window_are_not_counted() -> None:
     async with FakeNsqd(script) as fake:
         consumer = consumer_for(fake, hold)
         await consumer.start()
-        while len(held) < 1:
-            await asyncio.sleep(0.001)
+        await wait_until_async(lambda: held, timeout=10.0, what="the first message")
         held[0].finish()
-        while len(held) < 4:
-            await asyncio.sleep(0.001)
+        await wait_until_async(lambda: len(held) == 4, timeout=10.0, what="four messages")
         held[1].requeue()  # level 1: RDY 0 and a 20 ms window
         held[2].requeue()  # inside the window: ignored
         held[3].finish()  # inside the window: ignored too
@@ -249,12 +248,16 @@ async def test_change_max_in_flight_pauses_and_resumes() -> None:
     async with FakeNsqd(script) as fake:
         consumer = consumer_for(fake)
         await consumer.start()
-        while consumer.stats().messages_finished < 1:
-            await asyncio.sleep(0.001)
-        await asyncio.sleep(0.01)
+        await wait_until_async(
+            lambda: fake.connections and b"RDY 5" in fake.connections[0].lines,
+            timeout=10.0,
+            what="RDY 5 after the first FIN",
+        )
         consumer.change_max_in_flight(0)
         assert consumer.max_in_flight == 0
-        await asyncio.sleep(0.01)
+        await wait_until_async(
+            lambda: b"RDY 0" in fake.connections[0].lines, timeout=10.0, what="RDY 0"
+        )
         consumer.change_max_in_flight(5)
         conn = await fake.wait_connection(0)
         await consumer.close()
@@ -275,7 +278,7 @@ async def test_rdy_never_exceeds_max_rdy_count() -> None:
         consumer = consumer_for(fake, max_in_flight=10)
         await consumer.start()
         conn = await fake.wait_connection(0)
-        await asyncio.sleep(0.02)
+        await wait_until_async(lambda: len(conn.lines) >= 5, timeout=10.0, what="the RDY after FIN")
         await consumer.close()
     assert conn.lines[:5] == [b"IDENTIFY", b"SUB test_topic ch", b"RDY 1", b"FIN " + GOOD, b"RDY 3"]
 
@@ -311,11 +314,9 @@ async def test_is_starved_when_in_flight_reaches_85_percent_of_rdy() -> None:
         consumer = consumer_for(fake, hold, max_in_flight=4)
         assert not consumer.is_starved()
         await consumer.start()
-        while not held:
-            await asyncio.sleep(0.001)
+        await wait_until_async(lambda: held, timeout=10.0, what="the first message")
         held[0].finish()
-        while len(held) < 5:
-            await asyncio.sleep(0.001)
+        await wait_until_async(lambda: len(held) == 5, timeout=10.0, what="five messages")
         # RDY 1 with 1 in flight: starved; then 1, 2, 3 of RDY 4: no; 4 of 4: yes
         assert starved == [True, False, False, False, True]
         assert consumer.is_starved()
@@ -400,8 +401,7 @@ async def test_failed_connects_back_off_exponentially() -> None:
 
     consumer._start_connect = record  # type: ignore[method-assign]
     await consumer.start()
-    while len(attempts) < 5:
-        await asyncio.sleep(0.005)
+    await wait_until_async(lambda: len(attempts) >= 5, timeout=10.0, what="five connect attempts")
     await fake.start(port)
     conn = await fake.wait_connection(0)
     await consumer.close()
@@ -505,8 +505,7 @@ async def test_explicit_requeue_delay_touch_and_respond_later() -> None:
     async with FakeNsqd(script) as fake:
         consumer = consumer_for(fake, handle)
         await consumer.start()
-        while not later:
-            await asyncio.sleep(0.001)
+        await wait_until_async(lambda: later, timeout=10.0, what="the held message")
         await asyncio.sleep(0.02)
         assert consumer.in_flight == 1  # not answered automatically
         # RDY goes to the full share only after an answer; answer the held message later
@@ -589,8 +588,7 @@ async def test_clean_close_waits_for_in_flight_messages() -> None:
     async with FakeNsqd(script) as fake:
         consumer = consumer_for(fake, slow)
         await consumer.start()
-        while consumer.in_flight < 1:
-            await asyncio.sleep(0.001)
+        await wait_until_async(lambda: consumer.in_flight >= 1, timeout=10.0, what="a message")
         closing = asyncio.create_task(consumer.close(timeout=5))
         await asyncio.sleep(0.05)
         assert not closing.done()  # waiting for the handler
@@ -608,8 +606,7 @@ async def test_close_gives_up_waiting_after_the_timeout() -> None:
     async with FakeNsqd(script) as fake:
         consumer = consumer_for(fake, stuck)
         await consumer.start()
-        while consumer.in_flight < 1:
-            await asyncio.sleep(0.001)
+        await wait_until_async(lambda: consumer.in_flight >= 1, timeout=10.0, what="a message")
         started = asyncio.get_running_loop().time()
         await consumer.close(timeout=0.1)
         assert asyncio.get_running_loop().time() - started < 1.0
@@ -643,8 +640,11 @@ async def test_auth_required_without_secret_fails_the_connection() -> None:
     async with FakeNsqd(script) as fake:
         consumer = consumer_for(fake, reconnect_interval=10)
         await consumer.start()
-        while not fake.connections or not fake.connections[0].closed:
-            await asyncio.sleep(0.005)
+        await wait_until_async(
+            lambda: fake.connections and fake.connections[0].closed,
+            timeout=10.0,
+            what="the connection closed",
+        )
         assert consumer.connections == {}
         await consumer.close()
     assert b"AUTH" not in fake.connections[0].lines

@@ -233,12 +233,9 @@ async def test_nsqd_registering_itself(tmp_path: Path) -> None:
         async with Producer(tcp(nsqd)) as producer:
             await producer.publish("self_registered", b"x")
         poller = LookupdPoller([lookupd.http_url], "self_registered", lambda a: None)
-        found: list[str] = []
-        for _ in range(20):
-            found = await poller.poll()
-            if found:
-                break
-            await asyncio.sleep(0.1)
+        found = await wait_until_async(
+            poller.poll, timeout=10.0, what="nsqd to register the topic with nsqlookupd"
+        )
         await poller.close()
         assert found == [tcp(nsqd)], "nsqd did not register the topic with nsqlookupd"
         received: list[bytes] = []

@@ -16,7 +16,7 @@ import pytest
 
 from nsqpy.testing import start_nsqd
 
-from ..raw_v2 import free_port, http_request, unique
+from ..raw_v2 import free_port, http_request, unique, wait_for, wait_until
 from .conftest import connect
 
 NSQD = [sys.executable, "-m", "nsqpy.nsqd"]
@@ -237,11 +237,7 @@ def test_ping_answers_within_one_second_of_exec(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        status = None
-        while time.monotonic() - start < 5.0 and status is None:
-            status = ping(port)
-            if status is None:
-                time.sleep(0.02)
+        status = wait_for(lambda: ping(port), lambda s: s is not None, 5.0, "a /ping answer")
         elapsed = time.monotonic() - start
         assert status == 200
         assert elapsed < 1.0, f"/ping first answered after {elapsed:.2f}s"
@@ -319,7 +315,12 @@ def test_log_prefix_and_level_flags(tmp_path: Path) -> None:
     try:
         with connect(daemon) as conn:
             conn.pub(unique(), b"x")
-        time.sleep(0.1)
+        # the closed connection's last line: every line of its life has been logged
+        wait_until(
+            lambda: any("exiting ioloop" in line for line in daemon.log_lines),
+            timeout=10.0,
+            what="the connection's last log line",
+        )
     finally:
         daemon.stop()
     assert any(line.startswith("[custom] ") and " INFO: " in line for line in daemon.log_lines)
@@ -343,10 +344,7 @@ def test_log_level_error_hides_info(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 10.0
-        while ping(port) != 200:
-            assert time.monotonic() < deadline, "nsqd did not start"
-            time.sleep(0.02)
+        wait_for(lambda: ping(port), lambda status: status == 200, 10.0, "nsqd to start")
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)

@@ -34,6 +34,7 @@ from ..raw_v2 import (
     stats,
     topic_stats,
     unique,
+    wait_until,
 )
 from .conftest import (
     DEFAULT_IDENTIFY_JSON,
@@ -97,6 +98,15 @@ def subscribed(daemon: DaemonProcess, topic: str, channel: str, **identify: Any)
         conn.identify_json(**identify)
     conn.sub(topic, channel)
     return conn
+
+
+def wait_scanned(daemon: DaemonProcess, topic: str, clients: int) -> None:
+    """Wait until channel ``ch`` of ``topic`` is in /stats with its ``clients`` consumers.
+
+    nsqd's queue scanner peeks every channel on each tick, so from then on the channel's
+    in-flight timeouts and deferred messages are served at the configured scan interval.
+    """
+    wait_channel(daemon, topic, "ch", timeout=10.0, client_count=clients)
 
 
 def assert_message_id(msg_id: bytes) -> None:
@@ -707,7 +717,7 @@ def test_dpub_message_is_delivered_when_due(fast_timeouts: DaemonProcess) -> Non
     topic = unique()
     with subscribed(fast_timeouts, topic, "ch") as consumer, connect(fast_timeouts) as producer:
         consumer.rdy(1)
-        time.sleep(0.15)  # let the queue scanner see the new channel
+        wait_scanned(fast_timeouts, topic, clients=1)
         start = time.monotonic()
         producer.send(dpub_cmd(topic, 300, b"later"))
         producer.expect_ok()
@@ -764,7 +774,7 @@ def test_dpub_body_errors_say_dpub(limits: DaemonProcess) -> None:
 def test_23_touch_keeps_a_message_in_flight(fast_timeouts: DaemonProcess) -> None:
     topic = unique()
     with subscribed(fast_timeouts, topic, "ch") as conn:
-        time.sleep(0.15)  # let the queue scanner see the new channel
+        wait_scanned(fast_timeouts, topic, clients=1)
         http_pub(fast_timeouts, topic, b"touch me")
         conn.rdy(1)
         msg = conn.expect_message()
@@ -783,7 +793,7 @@ def test_23_touch_keeps_a_message_in_flight(fast_timeouts: DaemonProcess) -> Non
 def test_untouched_message_times_out_and_is_redelivered(fast_timeouts: DaemonProcess) -> None:
     topic = unique()
     with subscribed(fast_timeouts, topic, "ch") as conn:
-        time.sleep(0.15)
+        wait_scanned(fast_timeouts, topic, clients=1)
         http_pub(fast_timeouts, topic, b"slow")
         conn.rdy(1)
         first = conn.expect_message()
@@ -804,7 +814,7 @@ def test_39_client_msg_timeout(fast_timeouts: DaemonProcess) -> None:
     with connect(fast_timeouts) as conn:
         assert conn.identify_json(msg_timeout=1000)["msg_timeout"] == 1000
         conn.sub(topic, "ch")
-        time.sleep(0.15)
+        wait_scanned(fast_timeouts, topic, clients=1)
         http_pub(fast_timeouts, topic, b"x")
         conn.rdy(1)
         msg = conn.expect_message()
@@ -831,7 +841,7 @@ def test_in_flight_timeouts_with_two_timeouts_and_a_refused_fin(
         assert slow.identify_json(msg_timeout=3000)["msg_timeout"] == 3000
         slow.sub(topic, "ch")
         fast.sub(topic, "ch")
-        time.sleep(0.15)
+        wait_scanned(fast_timeouts, topic, clients=2)
         for body in (b"m1", b"m2", b"m3"):
             http_pub(fast_timeouts, topic, body)
         slow.rdy(1)
@@ -857,7 +867,7 @@ def test_quirk4_disconnect_does_not_requeue_in_flight(fast_timeouts: DaemonProce
     conn = connect(fast_timeouts)
     conn.identify_json(msg_timeout=1000)
     conn.sub(topic, "ch")
-    time.sleep(0.15)
+    wait_scanned(fast_timeouts, topic, clients=1)
     http_pub(fast_timeouts, topic, b"x")
     conn.rdy(1)
     conn.expect_message()
@@ -1154,7 +1164,7 @@ def test_req_with_delay_redelivers_later(fast_timeouts: DaemonProcess) -> None:
     with connect(fast_timeouts) as conn:
         conn.identify_json(msg_timeout=5000)
         conn.sub(topic, "ch")
-        time.sleep(0.15)
+        wait_scanned(fast_timeouts, topic, clients=1)
         http_pub(fast_timeouts, topic, b"x")
         conn.rdy(1)
         msg = conn.expect_message()
@@ -1482,13 +1492,8 @@ def test_ephemeral_channel_goes_away_with_its_last_client(nsqd: DaemonProcess) -
     with subscribed(nsqd, topic, "ch#ephemeral"):
         assert channel_stats(nsqd, topic, "ch#ephemeral") is not None
 
-    def gone() -> bool:
-        return topic_stats(nsqd, topic) is None
-
-    deadline = time.monotonic() + 3.0
-    while not gone() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert gone()
+    wait_until(lambda: topic_stats(nsqd, topic) is None, timeout=10.0, what="the topic gone")
+    assert topic_stats(nsqd, topic) is None
 
 
 # --------------------------------------------------------------------------- snappy framing

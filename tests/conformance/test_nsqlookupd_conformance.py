@@ -11,11 +11,14 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
+from operator import not_
 from typing import Any
 
 import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqlookupd
+
+from ..raw_v2 import wait_for
 
 HOST_ADDR = "ip.address"
 TCP_PORT = 5000
@@ -190,9 +193,7 @@ def test_76_basic_lookupd(lookupd: DaemonProcess) -> None:
     )
 
     conn.close()
-    deadline = time.monotonic() + 5
-    while lookup(lookupd, "connectmsg")["producers"] and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: lookup(lookupd, "connectmsg")["producers"], not_, 10.0, "the producer gone")
     assert lookup(lookupd, "connectmsg") == {"channels": ["channel1"], "producers": []}
     assert get(lookupd, "/nodes").json() == {"producers": []}
 
@@ -440,9 +441,8 @@ def test_disconnect_removes_only_that_peer(lookupd: DaemonProcess) -> None:
     assert second.command(b"REGISTER shared_t ch\n") == b"OK"
     assert len(lookup(lookupd, "shared_t")["producers"]) == 2
     first.close()
-    deadline = time.monotonic() + 5
-    while len(lookup(lookupd, "shared_t")["producers"]) != 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    producers = lambda: lookup(lookupd, "shared_t")["producers"]  # noqa: E731
+    wait_for(producers, lambda found: len(found) == 1, 10.0, "one producer")
     [producer] = lookup(lookupd, "shared_t")["producers"]
     assert producer["broadcast_address"] == "other"
     assert [n["broadcast_address"] for n in get(lookupd, "/nodes").json()["producers"]] == ["other"]

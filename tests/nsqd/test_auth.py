@@ -494,7 +494,8 @@ def test_commands_pipelined_after_auth_run_in_order_after_the_answer(
             + mpub_cmd(topic, [b"two", b"three"])
             + command(f"SUB {topic} ch")
         )
-        time.sleep(0.1)  # more arrives while the auth server is still thinking
+        # more arrives while the auth server is still thinking (it holds its answer 0.3 s)
+        wait_until(lambda: auth.queries, timeout=5.0, what="the auth query")
         conn.send(pub_cmd(topic, b"four") + command("RDY 4"))
         assert json.loads(conn.expect_response())["permission_count"] == 1
         for _ in range(4):  # PUB, MPUB, SUB, PUB

@@ -20,7 +20,7 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from ..raw_v2 import NsqConn, command, http_request, pub_cmd, unique
+from ..raw_v2 import NsqConn, command, http_request, pub_cmd, unique, wait_until
 from .nsqd_transport_support import (
     Certs,
     alive,
@@ -500,11 +500,23 @@ def test_tls_handshake_deadline(daemons: Daemons) -> None:
         assert 4.0 <= time.monotonic() - started <= 7.0
 
 
+def open_sockets(pid: int) -> int:
+    """How many sockets the process holds open (listeners included)."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except OSError:  # closed while we looked
+            pass
+    return count
+
+
 def test_random_bytes_on_many_tls_connections(daemons: Daemons, certs: Certs) -> None:
     """Truncated handshakes, random records, resets: nsqd survives with bounded memory."""
     nsqd = daemons.get()
     rng = random.Random(5)
     before = proc_status_kib(nsqd.pid, "VmRSS")
+    sockets_before = open_sockets(nsqd.pid)
     hello = _client_hello(certs)
     for i in range(60):
         conn = NsqConn(nsqd.tcp_address)
@@ -532,7 +544,11 @@ def test_random_bytes_on_many_tls_connections(daemons: Daemons, certs: Certs) ->
         finally:
             conn.close()
     assert alive(nsqd)
-    time.sleep(0.3)  # let the last connections close
+    wait_until(
+        lambda: open_sockets(nsqd.pid) <= sockets_before,
+        timeout=10.0,
+        what="nsqd to close the fuzzed connections",
+    )
     after = proc_status_kib(nsqd.pid, "VmRSS")
     assert after - before < 50_000, (before, after)
     with tls_conn(nsqd, certs) as conn:

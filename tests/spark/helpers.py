@@ -154,12 +154,17 @@ def parquet_rows(path: Path) -> list[dict[str, Any]]:
 def consume_all(
     cluster: NSQCluster, topic: str, name: str, count: int, timeout: float = 20.0
 ) -> list[bytes]:
-    """``count`` messages of ``topic``/``name`` from every nsqd."""
+    """``count`` messages of ``topic``/``name`` from every nsqd.
+
+    With fewer RDY than connections a consumer holds RDY on one nsqd at a time and moves it
+    only after ``low_rdy_idle_timeout`` (10 s): so every connection gets RDY at once here,
+    whichever nsqd holds the messages (any beyond ``count`` are requeued)."""
     messages = sync.consume(
         topic,
         name,
         count,
         nsqd_tcp_addresses=[tcp(n) for n in cluster.nsqds],
         timeout=timeout,
+        max_in_flight=max(count, len(cluster.nsqds)),
     )
     return [m.body for m in messages]

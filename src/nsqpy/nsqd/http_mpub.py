@@ -2,7 +2,8 @@
 
 A 5 MiB body holds up to 2.6 million one-byte lines (or a million binary messages), seconds
 of Python work. Both steps share the event loop with every other client, so each works for
-about SLICE_SECONDS per loop turn and then yields:
+about 2 ms per loop turn (SLICE_SECONDS here, ``topic.SLICED_PUT_TURN`` for the puts) and
+then yields:
 
 * checking goes through the body once, before anything is published (a bad body publishes
   nothing, as in Go), and cuts it into chunks of at most CHUNK_MESSAGES messages: for text,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from .nsqd import NSQD
     from .topic import Topic
 
-#: Seconds of checking or publishing per event-loop turn before other clients are served.
+#: Seconds of checking per event-loop turn before other clients are served.
 SLICE_SECONDS = 0.002
 #: The most messages in one chunk: the unit of one ``Topic.put_messages``, and the least a
 #: publishing turn puts (about 1 ms with its disk writes).
@@ -160,39 +161,13 @@ async def publish(
     chunks: deque[Chunk],
     bodies_of: Callable[[Chunk], list[bytes]],
 ) -> tuple[asyncio.Task[None], ...]:
-    """Put every chunk's messages (``bodies_of(chunk)``) into ``topic``, about SLICE_SECONDS
-    of work per turn; returns the fsyncs the answer must wait for (as for a single put: the
-    syncs under way before each turn, which include any a previous turn's writes started).
+    """Put every chunk's messages (``bodies_of(chunk)``) into ``topic`` a chunk at a time
+    (``Topic.put_sliced``), each chunk freed once put; returns the fsyncs the answer must
+    wait for.
 
     Raises as ``Topic.put_messages`` and ``batched_writes()`` do, at the first failure.
     With ``--max-queue-bytes`` caps the whole body is one put, so a publish that does not
     fit is refused as a whole (beyond/queue_limits.py)."""
     if nsqd.queue_limits.active:
-        return _put_whole(nsqd, topic, [body for chunk in chunks for body in bodies_of(chunk)])
-    writes = nsqd.writes
-    timestamp = nsqd.wall_ns()  # one publish time for the whole body, as one put gives
-    syncs: dict[asyncio.Task[None], None] = {}
-    # A turn's disk writes happen when batched_writes() ends, after its puts: the puts get
-    # the share of SLICE_SECONDS they took in the previous turn (to begin with, a quarter:
-    # writing a message to a disk queue costs about three times its put).
-    put_share = 0.25
-    while chunks:
-        syncs.update(dict.fromkeys(writes.running_syncs(topic)))
-        started = time.perf_counter()
-        budget = SLICE_SECONDS * put_share
-        with writes.batched_writes():
-            topic.put_messages(topic.new_messages(bodies_of(chunks.popleft()), timestamp))
-            while chunks and time.perf_counter() - started < budget:
-                topic.put_messages(topic.new_messages(bodies_of(chunks.popleft()), timestamp))
-            puts = time.perf_counter() - started
-        put_share = puts / max(time.perf_counter() - started, 1e-9)
-        if chunks:
-            await asyncio.sleep(0)
-    return tuple(syncs)
-
-
-def _put_whole(nsqd: NSQD, topic: Topic, bodies: list[bytes]) -> tuple[asyncio.Task[None], ...]:
-    syncs = nsqd.writes.running_syncs(topic)
-    with nsqd.writes.batched_writes():
-        topic.put_messages(topic.new_messages(bodies))
-    return syncs
+        return topic.put_batch([body for chunk in chunks for body in bodies_of(chunk)])
+    return await topic.put_sliced(bodies_of(chunks.popleft()) for _ in range(len(chunks)))

@@ -484,32 +484,36 @@ class ProtocolV2:
         self, client: ClientV2, topic: Topic, bodies: list[bytes], timestamp: int
     ) -> tuple[asyncio.Task[None], ...]:
         """Publish ``bodies`` in one batch of disk writes; the syncs the OK waits for."""
-        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/beyond/drain.py)
-            raise ProtocolError("E_MPUB_FAILED", "MPUB failed draining")
-        msgs = topic.new_messages(bodies, timestamp)
-        syncs = self.writes.running_syncs(topic)
+        self._refuse_mpub_if_draining()
         try:
-            with self.writes.batched_writes():
-                topic.put_messages(msgs)
+            syncs = topic.put_batch(bodies, timestamp)
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
-        client.published(topic.name, len(msgs))
+        client.published(topic.name, len(bodies))
         return syncs
 
+    def _refuse_mpub_if_draining(self) -> None:
+        if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/beyond/drain.py)
+            raise ProtocolError("E_MPUB_FAILED", "MPUB failed draining")
+
     async def _publish_slices(self, client: ClientV2, topic: Topic, bodies: list[bytes]) -> bytes:
-        """A huge MPUB, a turn's budget of slices per loop turn (the client's later commands
-        wait for its OK). Other publishers' messages may land between the slices, as between
-        Go's concurrent puts; a failing slice ends it with Go's error, the slices before it
-        published."""
-        timestamp = self.nsqd.wall_ns()
+        """A huge MPUB, MPUB_PUBLISH_SLICE messages at a time (``Topic.put_sliced``): the
+        client's later commands wait for its OK; a failing slice ends it with Go's error, the
+        slices before it published."""
         waits = set(self.nsqd.topic_starting(topic))
-        deadline = time.perf_counter() + TURN_BUDGET
-        for start in range(0, len(bodies), MPUB_PUBLISH_SLICE):
-            if time.perf_counter() >= deadline:
-                await asyncio.sleep(0)
-                deadline = time.perf_counter() + TURN_BUDGET
-            piece = bodies[start : start + MPUB_PUBLISH_SLICE]
-            waits.update(self._put_slice(client, topic, piece, timestamp))
+        slices = (
+            bodies[start : start + MPUB_PUBLISH_SLICE]
+            for start in range(0, len(bodies), MPUB_PUBLISH_SLICE)
+        )
+
+        def published(count: int) -> None:
+            client.published(topic.name, count)
+
+        try:
+            syncs = await topic.put_sliced(slices, self._refuse_mpub_if_draining, published)
+        except (TopicError, BackendWriteError) as exc:
+            raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
+        waits.update(syncs)
         if waits:
             await asyncio.wait(waits)
         return OK

@@ -6,8 +6,10 @@ moves messages to the channels afterwards (see "publishing" below for the except
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..protocol.names import is_ephemeral
@@ -47,6 +49,13 @@ PUMP_YIELD = 3.0
 #: crossover, measured with bench_writer: PUB to 1-3 channels is faster direct, to 5 about
 #: even, to 7 and more faster through the topic.
 DIRECT_CHANNELS = 4
+#: Seconds of a sliced publish's work (:meth:`Topic.put_sliced`) per event-loop turn before
+#: the other clients are served.
+SLICED_PUT_TURN = 0.002
+#: The share of a sliced publish's first turn given to its puts, before it is measured: the
+#: turn's disk writes come after its puts, and writing a message to a disk queue costs about
+#: three times its put.
+FIRST_PUT_SHARE = 0.25
 
 
 class TopicError(Exception):
@@ -189,6 +198,70 @@ class Topic:
         self._published = True
         self.message_count += len(msgs)
         self.message_bytes += sum([len(msg.body) for msg in msgs])
+
+    def put_batch(
+        self, bodies: list[bytes], timestamp: int | None = None
+    ) -> tuple[asyncio.Task[None], ...]:
+        """One MPUB's messages put with one batch of disk writes; the fsyncs its OK waits
+        for (those under way before it, as for a single put). Raises as :meth:`put_messages`
+        and ``batched_writes()`` do."""
+        msgs = self.new_messages(bodies, timestamp)
+        syncs = self.writes.running_syncs(self)
+        with self.writes.batched_writes():
+            self.put_messages(msgs)
+        return syncs
+
+    async def put_sliced(
+        self,
+        slices: Iterator[list[bytes]],
+        before_put: Callable[[], None] | None = None,
+        after_puts: Callable[[int], None] | None = None,
+    ) -> tuple[asyncio.Task[None], ...]:
+        """A huge MPUB put a slice of bodies at a time, about SLICED_PUT_TURN of work per
+        loop turn, so one publisher cannot stall the other clients; the fsyncs its OK waits
+        for (those under way before each turn, which include any a previous turn's writes
+        started). All messages get one publish time, as one put gives them.
+
+        ``before_put()`` runs before each slice is put and may raise to stop the publish;
+        ``after_puts(count)`` is told the messages of each turn once they are written. The
+        first failure (``before_put``, :meth:`put_messages`, a refused write) ends it and is
+        raised: the slices put before it stay published, as Go's ``Topic.PutMessages`` keeps
+        the messages before the one that failed. Other publishers' messages may land between
+        turns, as between Go's concurrent puts."""
+        writes = self.writes
+        timestamp = self.nsqd.wall_ns()
+        syncs: dict[asyncio.Task[None], None] = {}
+        put_share = FIRST_PUT_SHARE
+        bodies = next(slices, None)
+        while bodies is not None:
+            syncs.update(dict.fromkeys(writes.running_syncs(self)))
+            started = time.perf_counter()
+            budget = SLICED_PUT_TURN * put_share
+            failure: Exception | None = None
+            count = 0
+            # A turn's disk writes happen when batched_writes() ends, after its puts: the puts
+            # get the share of the turn they took in the previous one.
+            with writes.batched_writes():
+                try:
+                    while bodies is not None:
+                        if before_put is not None:
+                            before_put()
+                        self.put_messages(self.new_messages(bodies, timestamp))
+                        count += len(bodies)
+                        bodies = next(slices, None)
+                        if time.perf_counter() - started >= budget:
+                            break
+                except Exception as exc:  # raised once the slices put before it are written
+                    failure = exc
+                puts = time.perf_counter() - started
+            if count and after_puts is not None:
+                after_puts(count)
+            if failure is not None:
+                raise failure
+            put_share = puts / max(time.perf_counter() - started, 1e-9)
+            if bodies is not None:
+                await asyncio.sleep(0)
+        return tuple(syncs)
 
     def start(self) -> None:
         self.started = True

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv java chromium systemd test lint typecheck pytest run chaos clean
+.PHONY: venv java chromium systemd test lint typecheck pytest run chaos bench go-nsq clean
 
 venv: $(STAMP)
 
@@ -79,6 +79,33 @@ CHAOS_ARGS ?=
 chaos: venv
 	$(BIN)/python -m pip install --quiet -e '.[chaos]'
 	$(BIN)/python -m nsqpy.chaos --seed $(SEED) --duration $(DURATION) $(CHAOS_ARGS)
+
+# The benchmark table (BENCHMARKS.md): nsqd beside Go nsqd 1.3, Go's bench tools as the load.
+# `make bench GO_NSQ_BIN=<dir of Go's nsqd, nsqlookupd, bench_writer, bench_reader>` (default:
+# build/go-nsq, from `make go-nsq`); `make bench BENCH_ARGS='--channels 1 --modes default'`.
+GO_NSQ_BIN ?=
+BENCH_ARGS ?=
+bench: venv
+	GO_NSQ_BIN='$(GO_NSQ_BIN)' $(BIN)/python bench/bench_table.py $(BENCH_ARGS)
+
+# Go's nsqd, nsqlookupd, nsqadmin, the utilities and bench_writer/bench_reader/bench_channels
+# into build/go-nsq. nsq's go.mod has a replace directive, which `go install pkg@version`
+# refuses, so the module is downloaded and built as the main module. GO_NSQ_SRC=<nsq tree>
+# builds an existing checkout instead (e.g. offline, with GOPROXY=off GOFLAGS=-mod=mod).
+GO_NSQ_VERSION ?= v1.3.0
+GO_NSQ_SRC ?=
+go-nsq:
+	@command -v go >/dev/null 2>&1 || { \
+	  echo "make go-nsq needs Go 1.17+ on PATH (Debian/Ubuntu: sudo apt-get install golang-go)" >&2; \
+	  exit 1; }
+	@src='$(GO_NSQ_SRC)'; \
+	if [ -z "$$src" ]; then \
+	  found=$$(go mod download -json github.com/nsqio/nsq@$(GO_NSQ_VERSION)); \
+	  src=$$(echo "$$found" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	  if [ -z "$$src" ]; then echo "$$found" >&2; exit 1; fi; \
+	fi; \
+	echo "building $$src into build/go-nsq"; \
+	cd "$$src" && GOBIN='$(CURDIR)/build/go-nsq' go install ./apps/... ./bench/...
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -5,10 +5,10 @@
 Prints the PUB and SUB lines of bench_writer and bench_reader and nsqd's peak resident memory
 (VmHWM). ``--nsqd-args`` passes extra flags (e.g. ``--nsqd-args=--mem-queue-size=0``).
 
-Side by side with Go nsqd, Go's own bench tools as the load (the figures to compare):
+Side by side with Go nsqd, Go's own bench tools as the load (the figures to compare;
+``$GO_NSQ_BIN`` holds Go's nsqd, bench_writer and bench_reader, e.g. from ``make go-nsq``):
 
-    python bench/bench_nsqd.py --go-bench-dir /work/go-nsq/bin --go-nsqd /work/go-nsq/bin/nsqd \
-        --runfor 8s --trials 3
+    python bench/bench_nsqd.py --go-bench-dir $GO_NSQ_BIN --runfor 8s --trials 3
 
 Each trial starts a fresh Go nsqd and a fresh nsqpy nsqd in turn (alternating which goes
 first), pre-creates the topic and channel over HTTP, runs Go's ``bench_writer`` then Go's
@@ -91,6 +91,7 @@ class Server:
     data: str
     tcp: int = field(default_factory=free_port)
     http: int = field(default_factory=free_port)
+    env: dict[str, str] | None = None  # e.g. PYTHONPATH for an older nsqpy's src
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -101,7 +102,10 @@ class Server:
             "--broadcast-address=127.0.0.1",
         ]
         self.proc = subprocess.Popen(
-            [*self.command, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [*self.command, *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=self.env,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -150,13 +154,55 @@ class Trial:
     drained: bool  # the reader emptied the channel: SUB is a lower bound
 
 
-def go_tool(bench_dir: str, name: str, args: list[str], procs: int | None = None) -> float:
-    """Run one of Go's bench tools (with ``GOMAXPROCS=procs`` if given); its ops/s figure."""
+@dataclass
+class Load:
+    """What bench_writer and then bench_reader do to one nsqd (Go's bench.sh settings)."""
+
+    bench_dir: str | None  # Go's bench_writer/bench_reader; None: ours (bench/bench_*.py)
+    runfor: str = "10s"  # the reader's duration
+    writer_runfor: str = "10s"
+    size: int = 200
+    batch_size: int = 200
+    rdy: int = 2500
+    topic: str = "sub_bench"
+    channels: int = 1
+    readers: str = "one"  # "one": channel ch only; "all": one reader per channel at once
+    connections: int | None = None  # the single reader's GOMAXPROCS
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Load:
+        return cls(
+            args.go_bench_dir,
+            args.runfor,
+            args.writer_runfor,
+            args.size,
+            args.batch_size,
+            args.rdy,
+            args.topic,
+            args.channels,
+            args.readers,
+            args.connections,
+        )
+
+
+def tool_command(bench_dir: str | None, name: str) -> list[str]:
+    """Go's bench tool ``name`` from ``bench_dir``, or without one our Python twin of it."""
+    if bench_dir is None:
+        return [sys.executable, str(BENCH / f"{name}.py")]
+    return [str(Path(bench_dir) / name)]
+
+
+def go_tool(bench_dir: str | None, name: str, args: list[str], procs: int | None = None) -> float:
+    """Run one of the bench tools (with ``GOMAXPROCS=procs`` if given); its ops/s figure."""
     env = dict(os.environ)
     if procs is not None:
         env["GOMAXPROCS"] = str(procs)
     done = subprocess.run(
-        [str(Path(bench_dir) / name), *args], capture_output=True, text=True, timeout=600, env=env
+        [*tool_command(bench_dir, name), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     output = done.stdout + done.stderr
     match = _OPS.search(output)
@@ -170,13 +216,13 @@ def channel_names(count: int) -> list[str]:
     return ["ch" if index == 0 else f"ch{index}" for index in range(count)]
 
 
-def read_channels(bench_dir: str, reader: list[str], names: list[str]) -> float:
+def read_channels(bench_dir: str | None, reader: list[str], names: list[str]) -> float:
     """``--readers all``: one bench_reader (GOMAXPROCS=1: one connection) per channel, all at
     once; the sum of their rates is the messages delivered across all channels per second."""
     env = dict(os.environ, GOMAXPROCS="1")
     procs = [
         subprocess.Popen(
-            [str(Path(bench_dir) / "bench_reader"), *reader, f"--channel={name}"],
+            [*tool_command(bench_dir, "bench_reader"), *reader, f"--channel={name}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -194,36 +240,37 @@ def read_channels(bench_dir: str, reader: list[str], names: list[str]) -> float:
     return total
 
 
-def go_trial(server: Server, args: argparse.Namespace) -> Trial:
+def go_trial(server: Server, load: Load) -> Trial:
+    """One fresh nsqd: topic and channels created, the writer, then the reader(s)."""
     server.start()
     try:
-        server.post(f"/topic/create?topic={args.topic}")
-        names = channel_names(args.channels)
+        server.post(f"/topic/create?topic={load.topic}")
+        names = channel_names(load.channels)
         for name in names:
-            server.post(f"/channel/create?topic={args.topic}&channel={name}")
-        shared = [f"--nsqd-tcp-address=127.0.0.1:{server.tcp}", f"--size={args.size}"]
-        shared.append(f"--topic={args.topic}")
-        writer = [*shared, f"--runfor={args.writer_runfor}", f"--batch-size={args.batch_size}"]
-        reader = [*shared, f"--runfor={args.runfor}", f"--rdy={args.rdy}"]
+            server.post(f"/channel/create?topic={load.topic}&channel={name}")
+        shared = [f"--nsqd-tcp-address=127.0.0.1:{server.tcp}", f"--size={load.size}"]
+        shared.append(f"--topic={load.topic}")
+        writer = [*shared, f"--runfor={load.writer_runfor}", f"--batch-size={load.batch_size}"]
+        reader = [*shared, f"--runfor={load.runfor}", f"--rdy={load.rdy}"]
         before = cpu_seconds(server.pid)
-        pub = go_tool(args.go_bench_dir, "bench_writer", writer)
+        pub = go_tool(load.bench_dir, "bench_writer", writer)
         middle = cpu_seconds(server.pid)
-        if args.readers == "all":
-            sub = read_channels(args.go_bench_dir, reader, names)
+        if load.readers == "all":
+            sub = read_channels(load.bench_dir, reader, names)
         else:
             reader.append("--channel=ch")
-            sub = go_tool(args.go_bench_dir, "bench_reader", reader, args.connections)
+            sub = go_tool(load.bench_dir, "bench_reader", reader, load.connections)
         after = cpu_seconds(server.pid)
-        read = names if args.readers == "all" else ["ch"]
-        drained = any(server.channel_depth(args.topic, name) == 0 for name in read)
+        read = names if load.readers == "all" else ["ch"]
+        drained = any(server.channel_depth(load.topic, name) == 0 for name in read)
         rss = peak_rss_mb(server.pid)
     finally:
         server.stop()
     return Trial(
         pub,
         sub,
-        (middle - before) * 1e6 / (pub * parse_seconds(args.writer_runfor)),
-        (after - middle) * 1e6 / (sub * parse_seconds(args.runfor)),
+        (middle - before) * 1e6 / (pub * parse_seconds(load.writer_runfor)),
+        (after - middle) * 1e6 / (sub * parse_seconds(load.runfor)),
         rss,
         drained,
     )
@@ -246,7 +293,7 @@ def side_by_side(args: argparse.Namespace) -> int:
         order = ["go", "nsqpy"] if trial % 2 == 0 else ["nsqpy", "go"]
         for kind in order:
             with tempfile.TemporaryDirectory() as data:
-                result = go_trial(Server(kind, commands[kind], data), args)
+                result = go_trial(Server(kind, commands[kind], data), Load.from_args(args))
             results[kind].append(result)
             load = os.getloadavg()[0]
             print(

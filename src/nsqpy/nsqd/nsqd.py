@@ -371,6 +371,7 @@ class NSQD:
             opts.sync_every,
             opts.sync_timeout,
             self.logger,
+            clock=self.now,
         )
 
     def backends(self) -> list[Backend]:

@@ -26,6 +26,9 @@ Using it from an asyncio program (every method must be called from the event-loo
 nothing; fsync, which protects against power loss, is left to ``sync``. An owner that wants
 Go's ``--sync-every=1`` behaviour awaits ``queue.sync()`` right after each put or batch.
 Instead of ``run_syncer`` an owner may poll ``sync_due()`` from its own periodic task.
+Its timers (``sync_timeout``, the side file's interval, a failing sync's backoff) read the
+``clock`` keyword argument, monotonic seconds (``time.monotonic`` unless given): an owner with
+its own clock passes it, so a test moving that clock moves the queue's timers too.
 
 Durability points, as in Go: a sync is due after ``sync_every`` reads+writes, after
 ``sync_timeout`` seconds with any activity, and at once when the writer rolls to a new file,

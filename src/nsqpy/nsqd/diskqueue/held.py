@@ -8,7 +8,6 @@ handed out at once, the releases, and the side file read back at start-up.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 
 from .files import LENGTH, OPEN_FLAGS_CLOEXEC, QueueFiles
@@ -161,7 +160,7 @@ class HeldReads:
             return
         # every release counts toward a sync, so the side file soon knows it is finished
         if not st.count:
-            st.dirty_since = time.monotonic()
+            st.dirty_since = st.clock()
         st.count += count
         if moved:
             oldest = holds.oldest()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from .files import (
     DiskQueueError,
     DiskQueuePositions,
@@ -59,9 +62,17 @@ class DiskQueue:
         sync_every: int,
         sync_timeout: float,
         log: LogFunc,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         state = QueueState(
-            name, max_bytes_per_file, min_msg_size, max_msg_size, sync_every, sync_timeout, log
+            name,
+            max_bytes_per_file,
+            min_msg_size,
+            max_msg_size,
+            sync_every,
+            sync_timeout,
+            log,
+            clock,
         )
         files = QueueFiles(name, data_path)
         syncer = Syncer(state, files)

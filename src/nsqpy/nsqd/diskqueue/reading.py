@@ -4,7 +4,6 @@ read-only peek."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -118,7 +117,7 @@ class Reader:
             count += 1
         if count:
             if not st.count:
-                st.dirty_since = time.monotonic()
+                st.dirty_since = st.clock()
             st.count += count
             st.read_pos += offset - first
             st.depth -= count
@@ -236,7 +235,7 @@ class Reader:
             st.last_start = start
         else:
             if not st.count:
-                st.dirty_since = time.monotonic()
+                st.dirty_since = st.clock()
             st.count += 1
         st.read_file_num = next_file_num
         st.read_pos = next_pos

@@ -3,6 +3,8 @@ the sync counter, and the held-reads bookkeeping (holds.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .files import LogFunc
 from .holds import NO_HOLD, Hold, Position, ReadHolds, SkipPlan
 
@@ -15,6 +17,7 @@ class QueueState:
     """
 
     __slots__ = (
+        "clock",
         "closed",
         "committed_file",
         "count",
@@ -49,6 +52,7 @@ class QueueState:
         sync_every: int,
         sync_timeout: float,
         log: LogFunc,
+        clock: Callable[[], float],
     ) -> None:
         self.name = name
         self.max_bytes_per_file = max_bytes_per_file
@@ -57,6 +61,7 @@ class QueueState:
         self.sync_every = sync_every
         self.sync_timeout = sync_timeout
         self.log = log
+        self.clock = clock  # monotonic seconds: the sync timer, the side file's and retries'
 
         self.depth = 0
         self.read_file_num = 0
@@ -76,7 +81,7 @@ class QueueState:
         self.last_held: Hold = NO_HOLD
         self.last_start: Position = (0, 0)
         self.last_record: bytes | None = None
-        self.side_written_at = 0.0  # monotonic
+        self.side_written_at = 0.0  # by clock
         self.side_stale = False  # a sync left the side file out (too soon after the last)
 
     def committed(self) -> tuple[int, int, int]:

@@ -7,7 +7,6 @@ import asyncio
 import os
 import random
 import threading
-import time
 from collections.abc import Callable
 
 from ...internal.lg import RepeatSummary
@@ -84,7 +83,7 @@ class Syncer:
         self._retired_paths: list[str] = []  # finished write files not fsynced yet
         self._doomed_paths: list[str] = []  # finished read files, deleted after the metadata
         self._failures = RepeatSummary(state.log)
-        self._retry_at = 0.0  # no sync before this (monotonic) time: backing off after failures
+        self._retry_at = 0.0  # no sync before this time (by clock): backing off after failures
         self._retry_delay = 0.0
         self._kicked_sync: asyncio.Task[None] | None = None
         self._sync_lock: asyncio.Lock | None = None
@@ -103,17 +102,17 @@ class Syncer:
         st = self._state
         if st.closed:
             return False
-        if self._retry_at and time.monotonic() < self._retry_at:
+        if self._retry_at and st.clock() < self._retry_at:
             return False
         if self._need_sync:
             return True
-        if st.side_stale and time.monotonic() - st.side_written_at >= SIDE_FILE_INTERVAL:
+        if st.side_stale and st.clock() - st.side_written_at >= SIDE_FILE_INTERVAL:
             return True
         if st.count == 0:
             return False
         if st.count >= st.sync_every:
             return True
-        return time.monotonic() - st.dirty_since >= st.sync_timeout
+        return st.clock() - st.dirty_since >= st.sync_timeout
 
     async def sync(self) -> None:
         """fsync the data and persist the metadata, the blocking part in a worker thread.
@@ -219,7 +218,7 @@ class Syncer:
         holds = st.holds
         if record is None or holds is None:
             return None
-        now = time.monotonic()
+        now = st.clock()
         if not final and now - st.side_written_at < SIDE_FILE_INTERVAL:
             st.side_stale = True
             return None
@@ -379,13 +378,13 @@ class Syncer:
         return None
 
     def _backing_off(self) -> bool:
-        return bool(self._retry_at) and time.monotonic() < self._retry_at
+        return bool(self._retry_at) and self._state.clock() < self._retry_at
 
     def sync_failed(self, message: str) -> None:
         """Log once, then summarise; wait longer before each retry (bounded)."""
         self._failures.failed("sync", message)
         self._retry_delay = min(RETRY_MAX, max(RETRY_FIRST, self._retry_delay * 2))
-        self._retry_at = time.monotonic() + self._retry_delay
+        self._retry_at = self._state.clock() + self._retry_delay
 
     def _sync_succeeded(self) -> None:
         st = self._state

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Sequence
 
 from .files import (
@@ -142,7 +141,7 @@ class Writer:
         st.write_pos += nbytes
         st.depth += nrecords
         if not st.count:
-            st.dirty_since = time.monotonic()
+            st.dirty_since = st.clock()
         st.count += nrecords
 
     def _open_write_file(self, stored: int) -> int:

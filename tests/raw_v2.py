@@ -1,6 +1,7 @@
 """The test suite's one raw NSQ V2 client, raw HTTP client and stats helpers, and its shared
-test helpers: fresh names (:func:`unique`) and polling for an event (:func:`wait_for`,
-:func:`wait_until` and their ``_async`` twins for tests that run on an event loop).
+test helpers: fresh names (:func:`unique`), polling for an event (:func:`wait_for`,
+:func:`wait_until` and their ``_async`` twins for tests that run on an event loop) and a
+misbehaving client run in a thread beside an innocent one (:class:`Attack`).
 
 Everything here speaks bytes over real sockets to a real nsqd process. It deliberately does not
 use nsqpy's own codec (``nsqpy.protocol``), so a codec bug cannot hide a server bug: frames,
@@ -23,12 +24,13 @@ import json
 import socket
 import ssl
 import struct
+import threading
 import time
 import urllib.parse
 import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 import cramjam
@@ -602,3 +604,51 @@ async def wait_until_async(
 async def wait_until_async(probe: Callable[[], Any], timeout: float = 5.0, what: str = "") -> Any:
     """:func:`wait_until` that sleeps on the event loop (see :func:`wait_for_async`)."""
     return await wait_for_async(probe, bool, timeout, what)
+
+
+# --------------------------------------------------------------------------- a misbehaving client
+
+
+@dataclass
+class Attack:
+    """A misbehaving client run in a thread (the fairness tests), so that an innocent client's
+    probes can be placed within it.
+
+    ``run`` sets ``started`` once the attack is under way; ``finished`` is set and ``ended_at``
+    taken once it has sent its last byte or had its last answer (or gave up), and ``error`` is
+    what it raised. Entering starts the thread and waits until the attack is under way (or
+    over); leaving waits for it to end by itself.
+    """
+
+    run: Callable[[Attack], None]
+    started: threading.Event = field(default_factory=threading.Event)
+    finished: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    sent: int = 0  # bytes sent, for attacks that count them
+    ended_at: float = float("inf")
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            self.run(self)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        finally:
+            self.ended_at = time.monotonic()
+            self.started.set()
+            self.finished.set()
+
+    def __enter__(self) -> Attack:
+        self.thread.start()
+        assert self.started.wait(10), "the attack did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.join(120)
+        assert not self.thread.is_alive(), "the attack did not stop by itself"
+
+    @property
+    def running(self) -> bool:
+        return not self.finished.is_set()

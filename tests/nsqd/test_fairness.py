@@ -14,8 +14,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from nsqpy.testing import DaemonProcess, start_nsqd
 
 from ..raw_v2 import (
+    Attack,
     NsqConn,
     channel_stats,
     command,
@@ -51,43 +51,6 @@ def nsqd(tmp_path: Path) -> Iterator[DaemonProcess]:
 
 
 # --------------------------------------------------------------------------- the innocent client
-
-
-@dataclass
-class Attack:
-    """A misbehaving connection run in a thread; ``running`` until it has sent its last byte
-    (or gave up), so a probe can tell that it was answered in the middle of the attack."""
-
-    run: Callable[[Attack], None]
-    started: threading.Event = field(default_factory=threading.Event)
-    finished: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-    sent: int = 0
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self._main, daemon=True)
-
-    def _main(self) -> None:
-        try:
-            self.run(self)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-        finally:
-            self.started.set()
-            self.finished.set()
-
-    def __enter__(self) -> Attack:
-        self.thread.start()
-        assert self.started.wait(10), "the attack did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the attack did not stop by itself"
-
-    @property
-    def running(self) -> bool:
-        return not self.finished.is_set()
 
 
 def innocent_round_trips(nsqd: DaemonProcess, attack: Attack) -> list[float]:

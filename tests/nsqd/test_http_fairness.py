@@ -22,7 +22,7 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from ..raw_v2 import NsqConn, http_request, q, topic_stats, unique
+from ..raw_v2 import Attack, NsqConn, http_request, q, topic_stats, unique
 from .nsqd_transport_support import proc_status_kib
 
 #: The innocent client's worst round trip the tests accept (seconds).
@@ -42,37 +42,6 @@ def nsqd(tmp_path: Path) -> Iterator[DaemonProcess]:
 
 
 # --------------------------------------------------------------------------- the two clients
-
-
-@dataclass
-class Attack:
-    """A misbehaving client run in a thread; ``finished`` once it has its last answer (or
-    gave up), so the innocent client's probes can be checked to lie within it."""
-
-    run: Callable[[Attack], None]
-    finished: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-    ended_at: float = float("inf")
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self._main, daemon=True)
-
-    def _main(self) -> None:
-        try:
-            self.run(self)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-        finally:
-            self.ended_at = time.monotonic()
-            self.finished.set()
-
-    def __enter__(self) -> Attack:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.thread.join(120)
-        assert not self.thread.is_alive(), "the attack did not stop by itself"
 
 
 @dataclass
@@ -167,6 +136,7 @@ def test_a_maximum_text_mpub_is_published_whole_without_stalling_others(
     answers: list[tuple[int, bytes]] = []
 
     def publish(attack: Attack) -> None:
+        attack.started.set()
         answers.append(mpub(nsqd, topic, body))
 
     _, times = attacked(nsqd, publish)
@@ -192,6 +162,7 @@ def test_a_maximum_binary_mpub_is_published_whole_without_stalling_others(
     answers: list[tuple[int, bytes]] = []
 
     def publish(attack: Attack) -> None:
+        attack.started.set()
         answers.append(mpub(nsqd, topic, body, binary=True))
 
     _, times = attacked(nsqd, publish)
@@ -211,6 +182,7 @@ def test_a_topic_deleted_while_a_big_mpub_is_published_fails_it_with_exiting(
     answers: list[tuple[int, bytes]] = []
 
     def publish(attack: Attack) -> None:
+        attack.started.set()
         answers.append(mpub(nsqd, topic, b"x\n" * (MAX_BODY_SIZE // 2)))
 
     with Attack(publish) as attack:
@@ -271,6 +243,7 @@ def test_a_pipelined_pub_flood_on_keep_alive_connections_does_not_stall_others(
         answered.append(ok)
 
     def flood(attack: Attack) -> None:
+        attack.started.set()
         threads = [threading.Thread(target=flood_one, daemon=True) for _ in range(connections)]
         for thread in threads:
             thread.start()
@@ -301,6 +274,7 @@ def test_a_client_that_pipelines_and_never_reads_is_paused_and_bounded(
     sent: list[int] = [0]
 
     def pipeline(attack: Attack) -> None:
+        attack.started.set()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect(nsqd.http_address)

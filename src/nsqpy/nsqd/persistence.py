@@ -103,6 +103,8 @@ class Persistence:
 
     def _persist_soon(self) -> None:
         self._persist_scheduled = False
+        if self.nsqd.exiting:  # the shutdown writes the last nsqd.dat (write_metadata_last)
+            return
         data = metadata.snapshot(list(self.nsqd.topics.values()))
         future = self.nsqd.loop.run_in_executor(self._io, self._write_metadata, data)
         self._persisting = asyncio.ensure_future(future)

@@ -4,10 +4,10 @@ the packages keep their layers.
 The graph is read from the source with ``ast`` (nothing is imported), so a cycle is caught
 even where Python would tolerate it: a cycle through imports inside functions or under
 ``TYPE_CHECKING`` still means two modules that cannot be read, changed or tested apart.
-Two kinds of edge are left out, both type-only back-pointers to an owner: any module's
-``TYPE_CHECKING`` import of ``nsqpy.nsqd.nsqd`` (most objects keep the daemon that owns
-them), and the channel's of its topic. The imports inside the disk queue package are
-checked apart from the rest.
+One kind of edge is left out: a type-only back-pointer to the owner of most objects, a
+module's ``TYPE_CHECKING`` import of ``nsqpy.nsqd.nsqd``. Any other owner is named by a
+protocol of what is asked of it (as the channel's ``ChannelTopic``). The imports inside the
+disk queue package are checked apart from the rest.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 NSQD = "nsqpy.nsqd"
 DISKQUEUE = "nsqpy.nsqd.diskqueue"
 
-#: (importer, imported) pairs allowed under ``TYPE_CHECKING`` though they close a cycle
-OWNER_BACK_POINTERS = {("nsqpy.nsqd.channel", "nsqpy.nsqd.topic")}
+#: The one module a type-only import may name though it closes a cycle
+OWNER = f"{NSQD}.nsqd"
 
 #: The layers: protocol <- internal <- {nsqd, nsqlookupd, nsqadmin, client} <- {apps, spark,
 #: pipeline, chaos}: the sans-IO protocol knows no daemon, and a daemon no other daemon. The
@@ -132,8 +132,7 @@ def nsqd_graph(inside_diskqueue: bool) -> dict[str, dict[str, list[Import]]]:
         for imp in imports_of(name, path, modules):
             if (in_diskqueue(name) and in_diskqueue(imp.target)) != inside_diskqueue:
                 continue
-            back_pointer = imp.target == f"{NSQD}.nsqd" or (name, imp.target) in OWNER_BACK_POINTERS
-            if imp.type_only and back_pointer:
+            if imp.type_only and imp.target == OWNER:
                 continue
             graph[name].setdefault(imp.target, []).append(imp)
     return graph

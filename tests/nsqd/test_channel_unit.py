@@ -43,9 +43,10 @@ def consumer(channel: Channel) -> FakeConsumer:
 
 async def publish(channel: Channel, *bodies: bytes) -> list[Message]:
     """Publish to the channel's topic and let its pump copy the messages to the channel."""
-    msgs = [channel.topic.new_message(body) for body in bodies]
+    topic = channel.nsqd.get_topic(channel.topic.name)
+    msgs = [topic.new_message(body) for body in bodies]
     for msg in msgs:
-        channel.topic.put_message(msg)
+        topic.put_message(msg)
     await loop_turns()
     return msgs
 

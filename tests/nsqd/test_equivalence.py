@@ -234,7 +234,8 @@ async def _finish_scenario(
 ) -> dict[str, object]:
     clock = FakeClock()
     async with in_process_nsqd(data_path, clock, msg_timeout=MSG_TIMEOUT, **options) as nsqd:
-        channel = nsqd.get_topic("t").get_channel("c")
+        topic = nsqd.get_topic("t")
+        channel = topic.get_channel("c")
         owner = FakeConsumer(1, msg_timeout=owner_timeout)
         other = FakeConsumer(2, msg_timeout=MSG_TIMEOUT)
         owner.subscribe(channel)
@@ -246,7 +247,7 @@ async def _finish_scenario(
                 owner.rdy(0)
                 other.rdy(OTHERS)
             clock.advance(0.001)
-            channel.topic.put_message(Message(msg_id(index), b"m%d" % index, clock.wall))
+            topic.put_message(Message(msg_id(index), b"m%d" % index, clock.wall))
             await loop_turns(3)
         # a TOUCH past --max-msg-timeout puts a message on the capped heap
         clock.advance(1.0)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.message import MESSAGE_FRAME_HEAD, MESSAGE_FRAME_OVERHEAD
@@ -32,11 +33,40 @@ if TYPE_CHECKING:
     from .consumer import Consumer
     from .diskqueue.holds import Hold
     from .nsqd import NSQD
-    from .topic import Topic
 
 
 class ChannelError(Exception):
     pass
+
+
+class HeldTopicCopies(Protocol):
+    """The topic's copies a full disk refused a channel (beyond/topic_held.py): their records
+    stay held until every channel that kept a copy in memory has settled it."""
+
+    @property
+    def pending(self) -> Mapping[bytes, object]:
+        """The refused copies not yet settled, by message ID."""
+
+    def finished(self, channel: Channel, ids: list[bytes]) -> None:
+        """``channel`` is done with these messages (FIN, or moved to a dead-letter topic)."""
+
+    def dropped(self, channel: Channel) -> None:
+        """``channel`` discarded all it held (emptied or deleted)."""
+
+
+class ChannelTopic(Protocol):
+    """What a channel asks of the topic that owns it (Topic satisfies it structurally)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def held_copies(self) -> HeldTopicCopies | None:
+        """The topic's held copies in the held route, else None."""
+
+    def delete_channel_if_unused(self, channel: Channel) -> None:
+        """Remove ``channel`` if it has no consumers left (an ephemeral channel's last one
+        went)."""
 
 
 class Channel(HeldMessages):
@@ -69,7 +99,7 @@ class Channel(HeldMessages):
         "writes",
     )
 
-    def __init__(self, topic: Topic, name: str, nsqd: NSQD, backend: Backend) -> None:
+    def __init__(self, topic: ChannelTopic, name: str, nsqd: NSQD, backend: Backend) -> None:
         self.topic = topic
         self.name = name
         self.nsqd = nsqd

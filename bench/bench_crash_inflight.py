@@ -2,7 +2,7 @@
 back (issue 22).
 
     .venv/bin/python bench/bench_crash_inflight.py --runs 10
-    .venv/bin/python bench/bench_crash_inflight.py --runs 10 --nsqd-bin /work/go-nsq/bin/nsqd
+    .venv/bin/python bench/bench_crash_inflight.py --runs 10 --nsqd-bin "$GO_NSQ_BIN/nsqd"
 
 Each run starts a fresh nsqd with ``--mem-queue-size=0 --sync-every=1 --msg-timeout=2s`` (plus
 ``--nsqd-args``) on a new data directory. Publishers send numbered messages over PUB (one in

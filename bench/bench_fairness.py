@@ -1,7 +1,7 @@
 """One misbehaving connection against an innocent client, nsqpy beside Go, row by row.
 
-    python bench/bench_fairness.py --go-nsqd /work/go-nsq/bin/nsqd \
-        --go-nsqlookupd /work/go-nsq/bin/nsqlookupd --duration 10
+    python bench/bench_fairness.py --go-nsqd "$GO_NSQ_BIN/nsqd" \
+        --go-nsqlookupd "$GO_NSQ_BIN/nsqlookupd" --duration 10
 
 Each row starts a fresh daemon (Go's and ours alternating which goes first), an innocent
 client and one attacker, each in its own process. The innocent client sends ``GET /ping``
@@ -1055,7 +1055,8 @@ def print_summary(results: dict[str, dict[str, Measured]]) -> None:
 # -------------------------------------------------------------------------------- main
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; ``build_parser().parse_args([])`` is every default, for callers."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -1073,7 +1074,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-body-size", type=int, default=5 * MIB, help="row 7: body bytes")
     parser.add_argument("--http-connections", type=int, default=4, help="row 9")
     parser.add_argument("--auth-as", type=int, default=26, help="row 10: a's before the -")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     keys = selected_rows(args.only)
     extras: dict[str, Any] = {}
     if "2" in keys:

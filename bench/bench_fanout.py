@@ -153,7 +153,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--trials", type=int, default=2)
-    parser.add_argument("--go-bench-dir", default="/work/go-nsq/bin")
+    parser.add_argument("--go-bench-dir", default=os.environ.get("GO_NSQ_BIN", "build/go-nsq"))
     parser.add_argument("--nsqpy-python", default=sys.executable, help="python running nsqpy")
     args = parser.parse_args(argv)
     queue = args.messages if args.mode == "rss" else 0

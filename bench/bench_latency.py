@@ -1,6 +1,6 @@
 """Publish-to-deliver latency at fixed rates, nsqpy nsqd beside Go nsqd.
 
-    python bench/bench_latency.py --go-nsqd /work/go-nsq/bin/nsqd --rates 10000,100000 \
+    python bench/bench_latency.py --go-nsqd "$GO_NSQ_BIN/nsqd" --rates 10000,100000 \
         --runfor 5s
 
 For each rate and each server (a fresh nsqd each time, Go's and ours alternating), one producer
@@ -163,7 +163,7 @@ def run_once(server: Server, rate: int, args: argparse.Namespace) -> dict[str, f
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--go-nsqd", default="/work/go-nsq/bin/nsqd")
+    parser.add_argument("--go-nsqd", default=os.environ.get("GO_NSQ_BIN", "build/go-nsq") + "/nsqd")
     parser.add_argument("--rates", default="10000,100000")
     parser.add_argument("--runfor", default="5s")
     parser.add_argument("--size", type=int, default=200)

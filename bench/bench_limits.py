@@ -1,6 +1,6 @@
 """nsqd at scale in connections: memory per idle consumer, a reconnect storm, RSS at 10,000.
 
-For each daemon (ours, and Go's nsqd 1.3 when its binary is there) this starts a fresh nsqd
+For each daemon (ours, and Go's nsqd 1.3 when ``--go-nsqd`` is there) this starts a fresh nsqd
 with the descriptor limit raised to the hard limit, creates a topic and a channel, then:
 
 1. storm: ``--storm`` consumers connect and SUBscribe all at once (what every consumer of a
@@ -29,7 +29,6 @@ import urllib.request
 from dataclasses import dataclass
 from typing import cast
 
-GO_NSQD = "/work/go-nsq/bin/nsqd"
 TOPIC = "limits"
 CHANNEL = "idle"
 HEARTBEAT = b"_heartbeat_"
@@ -78,7 +77,7 @@ class Daemon:
             self.proc.wait(10)
 
 
-def start_daemon(name: str, data_path: str) -> Daemon:
+def start_daemon(name: str, data_path: str, go_nsqd: str) -> Daemon:
     tcp, http = free_port(), free_port()
     flags = [
         f"--tcp-address=127.0.0.1:{tcp}",
@@ -86,7 +85,7 @@ def start_daemon(name: str, data_path: str) -> Daemon:
         f"--data-path={data_path}",
         "--log-level=warn",
     ]
-    command = [GO_NSQD, *flags] if name == "go" else [sys.executable, "-m", "nsqpy.nsqd", *flags]
+    command = [go_nsqd, *flags] if name == "go" else [sys.executable, "-m", "nsqpy.nsqd", *flags]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while True:
@@ -209,13 +208,18 @@ def main() -> None:
     parser.add_argument("--storm", type=int, default=5_000)
     parser.add_argument("--daemon", choices=["nsqpy", "go", "both"], default="both")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per phase")
+    parser.add_argument(
+        "--go-nsqd",
+        default=os.environ.get("GO_NSQ_BIN", "build/go-nsq") + "/nsqd",
+        help="Go's nsqd binary (default: $GO_NSQ_BIN/nsqd, else build/go-nsq/nsqd)",
+    )
     args = parser.parse_args()
     limit = raise_own_limit()
     if limit < args.consumers + 100:
         parser.error(f"this process may open {limit} descriptors: fewer than --consumers")
     names = ["nsqpy", "go"] if args.daemon == "both" else [args.daemon]
-    if "go" in names and not os.path.exists(GO_NSQD):
-        print(f"{GO_NSQD} not found: Go skipped", file=sys.stderr)
+    if "go" in names and not os.path.exists(args.go_nsqd):
+        print(f"{args.go_nsqd} not found: Go skipped", file=sys.stderr)
         names.remove("go")
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
     try:
@@ -226,7 +230,7 @@ def main() -> None:
         pass
     for name in names:
         with tempfile.TemporaryDirectory() as data_path:
-            daemon = start_daemon(name, data_path)
+            daemon = start_daemon(name, data_path, args.go_nsqd)
             try:
                 asyncio.run(measure(daemon, args.consumers, args.storm, args.timeout))
             finally:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -100,7 +101,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100, help="bytes per message")
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--go-bin", default="/work/go-nsq/bin")
+    parser.add_argument("--go-bin", default=os.environ.get("GO_NSQ_BIN", "build/go-nsq"))
     parser.add_argument(
         "--arg",
         action="append",

@@ -168,19 +168,10 @@ def fairness_rows(setup: Setup, rows: str, duration: float) -> list[tuple[str, d
     import bench_fairness
 
     go = setup.go_bin
-    args = argparse.Namespace(
-        go_nsqd=str(go / "nsqd") if go else "",
-        go_nsqlookupd=str(go / "nsqlookupd") if go else "",
-        nsqd_args="",
-        nsqpy_src="",
-        duration=duration,
-        grace=30.0,
-        interval=0.05,
-        piece_gap=0.001,
-        max_body_size=5 * bench_fairness.MIB,
-        http_connections=4,
-        auth_as=26,
-    )
+    args = bench_fairness.build_parser().parse_args([])
+    args.go_nsqd = str(go / "nsqd") if go else ""
+    args.go_nsqlookupd = str(go / "nsqlookupd") if go else ""
+    args.duration = duration
     keys = bench_fairness.selected_rows(rows)
     extras: dict[str, Any] = {}
     if "2" in keys:

@@ -6,11 +6,11 @@
     .venv/bin/python bench/bench_utilities.py --messages 200000 --nsqd go   # Go's nsqd receives
 
 Starts one nsqpy nsqd (in-memory queue large enough for every message), writes the input file
-once, and runs our ``to_nsq`` with it on stdin; when Go's ``to_nsq`` is in ``--go-bin`` (as
-built for the comparison, e.g. ``/work/go-nsq/bin``) it runs it with the same input against
-the same nsqd, each into its own topic. Every run checks that nsqd counted all N messages, and
-prints the CPU time the tool's own process used (the rest of the wall time is nsqd, the round
-trips and the machine's other load).
+once, and runs our ``to_nsq`` with it on stdin; when Go's ``to_nsq`` is in ``--go-bin``
+(default ``$GO_NSQ_BIN``, else ``build/go-nsq``, which ``make go-nsq`` builds) it runs it with
+the same input against the same nsqd, each into its own topic. Every run checks that nsqd
+counted all N messages, and prints the CPU time the tool's own process used (the rest of the
+wall time is nsqd, the round trips and the machine's other load).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100, help="bytes per line, newline excluded")
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--go-bin", default="/work/go-nsq/bin")
+    parser.add_argument("--go-bin", default=os.environ.get("GO_NSQ_BIN", "build/go-nsq"))
     parser.add_argument(
         "--nsqd", choices=("nsqpy", "go"), default="nsqpy", help="whose nsqd receives"
     )

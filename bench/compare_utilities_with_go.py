@@ -2,7 +2,7 @@
 
 ::
 
-    .venv/bin/python bench/compare_utilities_with_go.py --go-bin /work/go-nsq/bin
+    .venv/bin/python bench/compare_utilities_with_go.py --go-bin "$GO_NSQ_BIN"
 
 A manual check (the tests do not need Go): nsq_tail's output bytes, nsq_stat's report, the
 bytes nsq_to_nsq's JSON filters re-publish, and the ``--consumer-opt`` error texts and exit
@@ -12,6 +12,7 @@ codes. Both tools run against the same nsqpy nsqd; log timestamps are not compar
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -172,7 +173,7 @@ def option_case(tool: str, value: str) -> tuple[int, bytes]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--go-bin", default="/work/go-nsq/bin")
+    parser.add_argument("--go-bin", default=os.environ.get("GO_NSQ_BIN", "build/go-nsq"))
     args = parser.parse_args()
     go_bin = Path(args.go_bin)
     if not (go_bin / "nsq_tail").exists():

@@ -16,6 +16,7 @@ import contextlib
 import struct
 from typing import TYPE_CHECKING, Protocol
 
+from ..protocol.message import MESSAGE_HEADER
 from .diskqueue import DiskQueue, DiskQueueError
 from .errors import BackendWriteError
 
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 
 
 _RECORD_SIZE = struct.Struct(">I")
+#: a disk record's size and the message header (``MESSAGE_HEADER``: BE64 ts, BE16 attempts)
+_FRAMED_HEADER = struct.Struct(">IQH")
+_RECORD_OVERHEAD = MESSAGE_HEADER.size + 16  # + the 16-byte ID, then the body
 
 
 class PublishTarget(Protocol):
@@ -71,14 +75,21 @@ class _SharedEncodings:
             return cached[1]
         if not all(msg.shared for msg in msgs):
             return None
-        pack = _RECORD_SIZE.pack
-        pieces = []
-        for data in _encode_all(msgs, self.records):
-            pieces.append(pack(len(data)))
-            pieces.append(data)
-        framed = b"".join(pieces)
+        framed = _framed_records(msgs)
         self.frames[key] = (msgs, framed)
         return framed
+
+
+def _framed_records(msgs: list[Message]) -> bytes:
+    """``BE32 size`` + :meth:`Message.encode` of each message, joined: the record header is
+    one pack with the size, so no message's own encoding is built on the way."""
+    pack = _FRAMED_HEADER.pack
+    pieces: list[bytes] = []
+    extend = pieces.extend
+    for msg in msgs:
+        body = msg.body
+        extend((pack(_RECORD_OVERHEAD + len(body), msg.timestamp, msg.attempts), msg.id, body))
+    return b"".join(pieces)
 
 
 def _encode_all(msgs: list[Message], encoded: dict[int, bytes]) -> list[bytes]:

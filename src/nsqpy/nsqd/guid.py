@@ -11,6 +11,11 @@ TIMESTAMP_SHIFT = SEQUENCE_BITS + NODE_ID_BITS
 SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1
 TWEPOCH = 1288834974288  # Go's epoch offset, in units of 2**20 ns
 
+#: The sequence is the ID's last 12 bits, exactly its last three hex digits: an ID is the hex of
+#: its tick and node (13 digits) followed by one of these, so a run of IDs is one concatenation
+#: each instead of one 64-bit formatting each.
+_SEQUENCE_HEX = [b"%03x" % seq for seq in range(SEQUENCE_MASK + 1)]
+
 
 class GUIDFactory:
     """Per-topic ID generator: ``(ts << 22) | (node_id << 12) | sequence``, as 16 hex chars."""
@@ -43,7 +48,8 @@ class GUIDFactory:
             if base | first <= self._last_id:
                 time.sleep(0.001)
                 continue
-            ids.extend([b"%016x" % (base | seq) for seq in range(first, last + 1)])
+            prefix = b"%013x" % (base >> SEQUENCE_BITS)
+            ids.extend(map(prefix.__add__, _SEQUENCE_HEX[first : last + 1]))
             count -= last - first + 1
             self._sequence = last
             self._last_ts = ts

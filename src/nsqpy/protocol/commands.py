@@ -348,6 +348,11 @@ class CommandParser:
             (count,) = _BE32.unpack_from(buf, first)
             if count <= 0 or count > (self._limits[MPUB] - 4) // 5:
                 return Command(MPUB, params, bytes(buf[first : first + 4])), 4
+            (announced,) = _BE32.unpack_from(buf, start)
+            if count <= MPUB_SCAN_SLICE and end - first >= announced:
+                whole = self._whole_mpub(params, bytes(buf[first : first + announced]), count)
+                if whole is not None:
+                    return whole
             scan = self._mpub = _MpubScan(count)
         pos = first + scan.offset
         left = scan.left
@@ -377,6 +382,34 @@ class CommandParser:
         self._mpub = None
         body = bytes(buf[first : first + scan.offset])
         return Command(MPUB, params, body, None, scan.bodies), scan.offset
+
+    def _whole_mpub(
+        self, params: list[bytes], body: bytes, count: int
+    ) -> tuple[Command, int] | None:
+        """:meth:`_mpub_command` for an MPUB whose announced body has arrived whole (the
+        common case): split from one immutable copy, each message one slice of it. None if
+        the messages run past the announced size: the streaming split then reads on, as Go
+        reads the messages and not the announced size."""
+        pos = 4
+        end = len(body)
+        bodies: list[bytes] = []
+        append = bodies.append
+        unpack = _BE32.unpack_from
+        max_size = self._max_msg_size
+        for _ in range(count):
+            if end - pos < 4:
+                return None
+            (size,) = unpack(body, pos)
+            if size <= 0 or size > max_size:
+                return Command(MPUB, params, body[: pos + 4]), pos + 4
+            pos += 4
+            if end - pos < size:
+                return None
+            append(body[pos : pos + size])
+            pos += size
+        if pos < end:
+            body = body[:pos]
+        return Command(MPUB, params, body, None, bodies), pos
 
 
 def parse_mpub_body(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:

@@ -11,9 +11,11 @@ Mirroring Go:
 - ``topic.py`` -- topic.go; ``channel.py`` -- channel.go (with in_flight_pqueue.go and
   internal/pqueue); ``consumer.py`` -- the ``Consumer`` interface atop channel.go
 - ``message.py`` -- message.go; ``guid.py`` -- guid.go
-- ``client_v2.py`` -- client_v2.go (one connection: its state, output buffer, heartbeats);
-  ``protocol_v2.py`` -- protocol_v2.go (one method per verb); ``identify.py`` -- IDENTIFY
-  from both
+- ``client_v2.py`` -- client_v2.go's state (identity, negotiated settings, RDY and in-flight
+  counts; a channel's ``Consumer``); ``connection.py`` -- its socket's I/O (protocol_v2.go's
+  ``IOLoop`` and ``messagePump``, client_v2.go's reader and writer: input turns, output
+  buffer, heartbeats, TLS and compression upgrades); ``protocol_v2.py`` -- protocol_v2.go
+  (one method per verb); ``identify.py`` -- IDENTIFY from both
 - ``http.py`` -- http.go (the route table); ``http_mpub.py`` -- http.go's ``doMPUB``;
   ``http_params.py`` -- how http.go reads a request's parameters
 - ``lookup.py`` -- lookup.go and lookup_peer.go; ``stats.py`` -- stats.go and http.go's
@@ -36,8 +38,9 @@ restart), and the durable mode of ``--mem-queue-size=0``: ``topic_held`` and
 
 PUB -> deliver -> FIN:
 
-1. ``client_v2.py``: ``ClientV2.data_received`` parses the bytes into commands
-   (``nsqpy.protocol.commands``) and calls each verb's handler.
+1. ``connection.py``: ``Connection.data_received`` parses the bytes into commands
+   (``nsqpy.protocol.commands``); ``client_v2.py``: ``ClientV2.run_commands`` calls each
+   verb's handler.
 2. ``protocol_v2.py``: ``ProtocolV2.PUB`` checks the command, makes the message
    (``Topic.new_message``: ``message.py``, ``guid.py``) and puts it in the topic; the OK
    goes once the topic holds it (after any fsync under way, ``BackendWrites.running_syncs``).
@@ -47,7 +50,8 @@ PUB -> deliver -> FIN:
 4. ``channel.py``: ``Channel.put_messages`` queues it; ``Channel.pump`` takes what fits a
    ready consumer's RDY window, puts it in flight (``start_in_flight_many``: attempts,
    deadline, owner) and hands the frames to the consumer (``consumer.py``;
-   ``ClientV2.send_messages`` buffers them and flushes).
+   ``ClientV2.send_messages`` buffers them in its connection, ``Connection.after_deliveries``
+   flushes).
 5. ``protocol_v2.py``: ``FIN`` (or ``FIN_RUN`` for a burst of FINs) calls
    ``Channel.finish_message`` (``finish_many``), which takes the message out of flight; in
    the durable mode its disk record is released then (``beyond/channel_held.py``).

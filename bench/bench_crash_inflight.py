@@ -1,5 +1,5 @@
-"""Kill nsqd at random moments under load and count the acknowledged messages that never come
-back (issue 22).
+"""Kill nsqd at random moments under load and count the acknowledged messages that never
+come back.
 
     .venv/bin/python bench/bench_crash_inflight.py --runs 10
     .venv/bin/python bench/bench_crash_inflight.py --runs 10 --nsqd-bin "$GO_NSQ_BIN/nsqd"

@@ -1,4 +1,4 @@
-"""A backlog on a topic with channels, nsqpy nsqd beside Go nsqd (issue 18).
+"""A backlog on a topic with channels, nsqpy nsqd beside Go nsqd.
 
     python bench/bench_fanout.py rss --channels 10 --messages 1000000 --trials 2
     python bench/bench_fanout.py drain --channels 1 --messages 1000000 --trials 2

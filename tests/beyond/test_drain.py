@@ -34,7 +34,7 @@ def tcp_ports_listed(daemon: DaemonProcess, path: str) -> list[int]:
 def test_draining_nsqd_leaves_lookupd_nodes(daemons: list[DaemonProcess], tmp_path: Path) -> None:
     """A draining nsqd is leaving: it closes its lookupd connections and stays away, so
     lookupd's /nodes (and nsqadmin's node list, built from it) stop listing it at once, not
-    only its topics. Found by the chaos harness (issue 19)."""
+    only its topics. Found by the chaos harness."""
     lookupd = start_nsqlookupd()
     daemons.append(lookupd)
     lookupd_tcp = "{}:{}".format(*lookupd.tcp_address)

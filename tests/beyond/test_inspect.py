@@ -75,7 +75,7 @@ def test_channel_peek_memory_then_disk_changes_nothing(
     consumer.close()
 
 
-@pytest.mark.parametrize("sync_every", ["2500", "1"])  # 1: held reads (issue 22)
+@pytest.mark.parametrize("sync_every", ["2500", "1"])  # 1: held reads
 def test_peek_after_partial_consumption_and_topic_peek(
     daemons: list[DaemonProcess], tmp_path: Path, sync_every: str
 ) -> None:

@@ -42,7 +42,7 @@ def test_short_run_loses_nothing_and_leaves_nothing_behind(tmp_path: Path):
     # every heal was followed by deliveries from the healed node (consumers came back)
     assert all(row["seconds"] is not None for row in check["recovery"]), check["recovery"]
     # --mem-queue-size=0 --sync-every=1: nothing acknowledged is lost, also not what an nsqd
-    # held in flight when it was killed -9 (issue 22: in-flight messages are persisted)
+    # held in flight when it was killed -9 (in-flight messages are persisted)
     assert check["lost"] == 0, (check["lost_numbers"], check["lost_by_fault"])
 
     # nothing left: namespaces (and with them every veth and the bridge), processes, mounts

@@ -1449,8 +1449,8 @@ def test_quirk8_topic_deferred_overflow_loses_deferral(nsqd_pool: DaemonPool) ->
 
 
 def test_quirk8_restart_keeps_deferral_and_attempts(tmp_path: Path) -> None:
-    """Go loses a channel's deferral across a clean restart (nsqio/nsq #1107); nsqpy keeps it
-    (issue 3). In-flight messages come back with their attempts, as in Go. The disk queue
+    """Go loses a channel's deferral across a clean restart (nsqio/nsq #1107); nsqpy keeps it.
+    In-flight messages come back with their attempts, as in Go. The disk queue
     still holds both messages (Go can read the directory: backend_depth 2), while depth, as
     Go defines it, counts only what is deliverable now."""
     daemon = start_nsqd(tmp_path)

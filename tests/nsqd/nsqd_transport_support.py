@@ -1,4 +1,4 @@
-"""Helpers for the nsqd TLS, compression and AUTH tests (issue 5).
+"""Helpers for the nsqd TLS, compression and AUTH tests.
 
 * :func:`make_certs` builds a throwaway PKI with the ``openssl`` command: a CA, a server
   certificate for 127.0.0.1/localhost, a CA-signed client certificate (CN ``test.local``) and a

@@ -1,4 +1,4 @@
-"""Issue 22: with --mem-queue-size=0 and --sync-every=1 a SIGKILL loses no acknowledged message,
+"""With --mem-queue-size=0 and --sync-every=1 a SIGKILL loses no acknowledged message,
 whether it waits in the channel, is in flight, deferred (REQ with a delay, DPUB) or requeued.
 
 The consumers and the publisher are the suite's raw V2 client (tests/raw_v2.py); nsqd is a real

@@ -1,4 +1,4 @@
-"""DiskQueue.hold_reads (issue 22): the metadata records the start of the oldest record handed
+"""DiskQueue.hold_reads: the metadata records the start of the oldest record handed
 out and not yet released, so whatever is not finished is read again after a restart, by us or
 by Go's diskqueue (the files keep go-diskqueue's format; only the position written differs)."""
 

@@ -1,4 +1,4 @@
-"""Fan-out from a topic to its channels (issue 18): a publish is acknowledged once the topic
+"""Fan-out from a topic to its channels: a publish is acknowledged once the topic
 holds the message and the topic's pump copies it to the channels afterwards, as Go's
 messagePump does. These are the edges that moving the copy past the acknowledgement could
 change, each against a real nsqd process.
@@ -320,9 +320,9 @@ def test_a_copy_read_again_after_kill_is_not_sent_while_its_twin_is_in_flight(
 def test_held_channels_deliver_their_own_copies(
     tmp_path: Path, daemons: list[DaemonProcess]
 ) -> None:
-    """--mem-queue-size=0 --sync-every=1 holds each channel's messages on disk until finished
-    (issue 22); a message fanned out to two subscribed channels is held and delivered as two
-    copies: a REQ on one changes nothing on the other, and both end empty."""
+    """--mem-queue-size=0 --sync-every=1 holds each channel's messages on disk until finished;
+    a message fanned out to two subscribed channels is held and delivered as two copies: a REQ
+    on one changes nothing on the other, and both end empty."""
     nsqd = launch(daemons, tmp_path, "--mem-queue-size=0", "--sync-every=1")
     create(nsqd, "t", "a", "b")
     with NsqConn(nsqd.tcp_address) as a, NsqConn(nsqd.tcp_address) as b:

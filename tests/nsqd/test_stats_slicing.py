@@ -1,4 +1,4 @@
-"""/stats and /metrics are built in slices between other loop work (issue 18). The sliced JSON
+"""/stats and /metrics are built in slices between other loop work. The sliced JSON
 must be byte for byte what encoding the whole body at once gives, and a scrape of many
 channels must leave a concurrent publisher waiting far less than the scrape takes."""
 

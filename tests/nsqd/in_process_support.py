@@ -200,14 +200,16 @@ class RecordingTransport:
 def connect_client(
     nsqd: NSQD, client_id: int, fin_runs: bool = True
 ) -> tuple[ClientV2, RecordingTransport]:
-    """A V2 connection of nsqd's own (ClientV2) on a :class:`RecordingTransport`: the test
-    sends it bytes with ``data_received``. With ``fin_runs=False`` its parser hands every FIN
-    line to the FIN handler on its own, as a parser without the FIN-run fast path would."""
+    """A V2 client of nsqd's own (ClientV2) whose connection is on a
+    :class:`RecordingTransport`: the test sends it bytes with ``client.connection.data_received``.
+    With ``fin_runs=False`` its parser hands every FIN line to the FIN handler on its own, as a
+    parser without the FIN-run fast path would."""
     client = ClientV2(nsqd, client_id)
+    connection = client.connection
     if not fin_runs:
         opts = nsqd.options
-        client._parser = CommandParser(opts.max_msg_size, opts.max_body_size, fin_runs=False)
+        connection.parser = CommandParser(opts.max_msg_size, opts.max_body_size, fin_runs=False)
     transport = RecordingTransport()
-    transport.protocol = client
-    client.connection_made(transport)  # type: ignore[arg-type]
+    transport.protocol = connection
+    connection.connection_made(transport)  # type: ignore[arg-type]
     return client, transport

@@ -166,19 +166,19 @@ async def _fin_scenario(
         for index in range(OWN, OWN + OTHERS):
             channel.put_message(Message(msg_id(index), b"other", clock.wall))
         client, transport = connect_client(nsqd, 1, fin_runs=fast)
-        client.data_received(b"  V2" + commands.sub("t", "c") + commands.rdy(rdy))
+        client.connection.data_received(b"  V2" + commands.sub("t", "c") + commands.rdy(rdy))
         await loop_turns()
         for index in range(OWN):
             clock.advance(0.001)  # distinct deadlines: their order is observable
             channel.put_message(Message(msg_id(index), b"m%d" % index, clock.wall))
         await loop_turns()
         for chunk in chunked(b"".join(ops), points):
-            client.data_received(chunk)
+            client.connection.data_received(chunk)
             await loop_turns(3)
         await loop_turns()
         seen: dict[str, object] = {}
         if not client.closed:
-            client.flush()  # what the output-buffer timer would send
+            client.connection.flush()  # what the output-buffer timer would send
         seen["before timeouts"] = (
             bytes(transport.written),
             client_counters(client, transport),
@@ -191,7 +191,7 @@ async def _fin_scenario(
         nsqd.scan_queues()
         await loop_turns()
         if not client.closed:
-            client.flush()
+            client.connection.flush()
         seen["after timeouts"] = (
             bytes(transport.written),
             client_counters(client, transport),
@@ -200,7 +200,7 @@ async def _fin_scenario(
             channel_counters(channel),
         )
         if not transport.closed:
-            client.connection_lost(None)
+            client.connection.connection_lost(None)
         await loop_turns()
     return seen
 

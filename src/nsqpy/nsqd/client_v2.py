@@ -16,19 +16,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import ProtocolError, encode_error, encode_response
 from ..protocol.commands import Command
-from .connection import TURN_BUDGET as TURN_BUDGET  # the protocol handlers take it from here
 from .connection import Connection
 from .errors import NeedsReauth
 
 if TYPE_CHECKING:
     from OpenSSL import SSL
 
-    from ..protocol import CommandParser
     from .auth import AuthState
     from .channel import Channel
     from .connection import Client
@@ -41,7 +38,7 @@ STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING
 DEFAULT_BUFFER_SIZE = 16 * 1024
 
 
-class ClientV2(asyncio.Protocol):
+class ClientV2:
     """One consumer or producer; to its channel, a :class:`Consumer`."""
 
     #: the connection's flush policy, bound in ``__init__`` (Consumer.after_deliveries)
@@ -86,37 +83,13 @@ class ClientV2(asyncio.Protocol):
 
     # ------------------------------------------------------------------ the connection's
 
-    # nsqd's listener makes a ClientV2 per accepted socket and hands it to asyncio, whose
-    # calls are its connection's. The members below pass on to the connection for the
-    # modules that reach it through its client: nsqd (byte totals), kick (the transport),
-    # auth and the logs (the address), the protocol's handlers (a turn's deadline, batches,
-    # upgrades, timers, closing).
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.connection.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.connection.data_received(data)
-
-    def eof_received(self) -> bool:
-        return self.connection.eof_received()
-
-    def pause_writing(self) -> None:
-        self.connection.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.connection.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.connection.connection_lost(exc)
+    # The members below pass on to the connection for the modules that reach it through its
+    # client: nsqd (byte totals), kick (aborting), auth and the logs (the address), the
+    # protocol's handlers (upgrades, timers, closing).
 
     @property
     def remote_address(self) -> str:
         return self.connection.remote_address
-
-    @property
-    def transport(self) -> asyncio.Transport | None:
-        return self.connection.transport
 
     @property
     def bytes_received(self) -> int:
@@ -129,31 +102,6 @@ class ClientV2(asyncio.Protocol):
     @property
     def closed(self) -> bool:
         return self.connection.closed
-
-    @property
-    def turn_deadline(self) -> float:
-        """When the connection's current turn ends: a handler whose work outlasts it
-        continues on later turns."""
-        return self.connection.turn_deadline
-
-    @turn_deadline.setter
-    def turn_deadline(self, deadline: float) -> None:
-        self.connection.turn_deadline = deadline
-
-    @property
-    def _parser(self) -> CommandParser:
-        """The connection's command parser (a test swaps in one without FIN runs)."""
-        return self.connection.parser
-
-    @_parser.setter
-    def _parser(self, parser: CommandParser) -> None:
-        self.connection.parser = parser
-
-    def batch(self) -> AbstractContextManager[None]:
-        return self.connection.batch()
-
-    def begin_command(self) -> None:
-        self.connection.begin_command()
 
     def flush(self) -> None:
         self.connection.flush()

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from aiohttp import web
     from OpenSSL import SSL
 
+    from .connection import Connection
+
 
 class NSQDError(Exception):
     """A start-up failure; the command prints it and exits 1."""
@@ -241,13 +243,14 @@ class NSQD:
         except ListenError as exc:
             raise NSQDError(INSTANTIATE + str(exc)) from None
 
-    def _new_client(self) -> ClientV2 | RefusedConnection:
+    def _new_client(self) -> Connection | RefusedConnection:
+        """The protocol of an accepted socket: a new client's connection."""
         if self._admission is not None and not self._admission.admit():
             return RefusedConnection()  # the reserve's descriptors stay for HTTP and queue files
         self._client_seq += 1
         client = ClientV2(self, self._client_seq)
         self.clients[client.id] = client
-        return client
+        return client.connection
 
     def remove_client(self, client: ClientV2) -> None:
         if self.clients.pop(client.id, None) is not None:

@@ -28,7 +28,8 @@ from ..protocol import (
 from ..protocol.commands import FIN_RUN, Command
 from .backend_writes import ack_after
 from .channel import Channel, ChannelError
-from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, TURN_BUDGET
+from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .connection import TURN_BUDGET
 from .errors import BackendWriteError, NeedsReauth
 from .options import max_defer_ms
 from .topic import TopicError
@@ -325,7 +326,7 @@ class ProtocolV2:
                 return end
             self._fin_each(client, ids[stop : stop + 1])
             start = stop + 1
-            if time.perf_counter() >= client.turn_deadline or client.closed:
+            if time.perf_counter() >= client.connection.turn_deadline or client.closed:
                 break
         return start
 
@@ -338,8 +339,9 @@ class ProtocolV2:
             await asyncio.sleep(0)
             if client.closed:
                 return None
-            client.turn_deadline = time.perf_counter() + TURN_BUDGET
-            with client.batch():
+            connection = client.connection
+            connection.turn_deadline = time.perf_counter() + TURN_BUDGET
+            with connection.batch():
                 start = self._finish_until_turn_ends(client, channel, ids, start)
         return None
 
@@ -347,8 +349,9 @@ class ProtocolV2:
         """FIN one ID at a time, as separate commands would be: a non-fatal error is sent and
         the run goes on; a fatal one ends it (the connection closes)."""
         fin = self.handlers[b"FIN"]
+        begin_command = client.connection.begin_command
         for msg_id in ids:
-            client.begin_command()  # its error goes after the refills of earlier FINs
+            begin_command()  # its error goes after the refills of earlier FINs
             try:
                 fin(client, Command(b"FIN", [msg_id]))
             except ProtocolError as err:

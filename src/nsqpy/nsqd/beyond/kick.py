@@ -86,5 +86,6 @@ def hang_up(client: ClientV2) -> None:
     never ends for the usual culprit, a client that stopped reading; what is dropped is
     messages in flight to it, which are requeued on their timeout anyway."""
     client.close()
-    if client.transport is not None:
-        client.transport.abort()
+    transport = client.connection.transport
+    if transport is not None:
+        transport.abort()

@@ -306,7 +306,7 @@ async def test_a_sampled_out_message_is_let_go_in_held_mode(
     monkeypatch.setattr("nsqpy.nsqd.channel.random.randrange", lambda _: 99)  # always out
     async with in_process_nsqd(tmp_path, clock, mem_queue_size=0, sync_every=1) as nsqd:
         channel = nsqd.get_topic("orders").get_channel("billing")
-        assert channel.held_queue is not None
+        assert channel.held is not None
         consumer = FakeConsumer(1)
         consumer.sample_rate = 50
         consumer.subscribe(channel)
@@ -317,4 +317,4 @@ async def test_a_sampled_out_message_is_let_go_in_held_mode(
         consumer.rdy(1)
         assert consumer.received == []
         assert channel.depth() == 0
-        assert channel.held_queue.held()[0] == 0
+        assert channel.held.queue.held()[0] == 0

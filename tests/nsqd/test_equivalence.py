@@ -276,7 +276,7 @@ async def _finish_scenario(
                     owner.in_flight_count -= 1
                 except ChannelError as exc:
                     failed.append((index, str(exc)))
-        held = channel.held_queue
+        held = channel.held.queue if channel.held is not None else None
         seen: dict[str, object] = {
             "failed": failed,
             "finished": finished_before - owner.in_flight_count,

@@ -10,7 +10,7 @@ protocol (consumer.py): it reads their readiness, puts messages in flight itself
 their attempts) and hands them over; it never reaches into a connection.
 
 The held mode (``--mem-queue-size=0 --sync-every=1``: each message's disk record kept until
-it is finished) is in beyond/channel_held.py, a base class of :class:`Channel`.
+it is finished) is beyond/channel_held.py's :class:`HeldDelivery`, the channel's ``held``.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.message import MESSAGE_FRAME_HEAD, MESSAGE_FRAME_OVERHEAD
 from ..protocol.names import is_ephemeral
 from .backend import Backend
-from .beyond.channel_held import RELOCATE_AFTER, HeldMessages
+from .beyond.channel_held import HeldDelivery
 from .errors import BackendWriteError
 from .message import Message, decode_records, own_copies
 
 if TYPE_CHECKING:
     from .consumer import Consumer
+    from .diskqueue import DiskQueue
     from .diskqueue.holds import Hold
     from .nsqd import NSQD
 
@@ -69,7 +70,7 @@ class ChannelTopic(Protocol):
         went)."""
 
 
-class Channel(HeldMessages):
+class Channel:
     __slots__ = (
         "_client_list",
         "_deferred_pq",
@@ -84,6 +85,7 @@ class Channel(HeldMessages):
         "e2e",
         "ephemeral",
         "exiting",
+        "held",
         "in_flight",
         "max_attempts",
         "mem_capacity",
@@ -131,7 +133,26 @@ class Channel(HeldMessages):
         self.max_attempts = 0
         self.dead_letter_suffix = ""
         self.dead_letter_count = 0
-        super().__init__()  # held mode (beyond/channel_held.py): off until hold_messages()
+        self.held: HeldDelivery | None = None  # held mode: off until hold_messages()
+
+    # ------------------------------------------------------------------ held mode
+
+    def hold_messages(self, queue: DiskQueue) -> None:
+        """Keep every message in ``queue`` (this channel's backend) until it is finished
+        (beyond/channel_held.py)."""
+        self.held = HeldDelivery(self, queue)
+
+    def early_ids(self) -> set[bytes]:
+        """IDs of deferred messages whose record waits in the queue (held mode)."""
+        return set(self.held.early) if self.held is not None else set()
+
+    def _release(self, msg: Message) -> None:
+        """``msg`` is finished or stored elsewhere: its record need not be kept."""
+        hold = msg.hold
+        if hold is not None:
+            msg.hold = None
+            if self.held is not None:
+                self.held.queue.release(hold)
 
     # ------------------------------------------------------------------ consumers
 
@@ -197,8 +218,8 @@ class Channel(HeldMessages):
             return own_copies([popleft() for _ in range(count)])
         msgs = own_copies(memory_queue)
         memory_queue.clear()
-        if self.held_queue is not None:
-            return self._take_held(self.held_queue, msgs, count)
+        if self.held is not None:
+            return self.held.take(msgs, count)
         backend = self.backend
         while len(msgs) < count:
             records = backend.get_many(count - len(msgs))
@@ -267,15 +288,15 @@ class Channel(HeldMessages):
 
     def put_message_deferred(self, msg: Message, delay: float) -> None:
         self.message_count += 1
-        if self.held_queue is not None:
-            self._store_deferred(self.held_queue, msg)
+        if self.held is not None:
+            self.held.store_deferred(msg)
         self.start_deferred_timeout(msg, delay)
 
     def requeue(self, msg: Message) -> None:
         """Put back a message nsqd already accepted (REQ, timeout, deferral due): if the disk
         refuses it, keep it in memory beyond --mem-queue-size rather than lose it."""
-        if self.held_queue is not None:
-            self._requeue_held(msg)
+        if self.held is not None:
+            self.held.requeue(msg)
             return
         try:
             self.put(msg)
@@ -284,8 +305,8 @@ class Channel(HeldMessages):
 
     def put(self, msg: Message) -> None:
         """Hand ``msg`` to a ready consumer, else queue it in memory, else in the backend."""
-        if self.held_queue is not None:
-            self._put_held(self.held_queue, msg)
+        if self.held is not None:
+            self.held.put(msg)
             return
         client = self._ready_client()
         if client is not None:
@@ -400,7 +421,7 @@ class Channel(HeldMessages):
         in_flight = self.in_flight
         e2e = self.e2e
         now_ns = self.nsqd.wall_ns() if e2e is not None else 0
-        held = self.held_queue
+        held = self.held.queue if self.held is not None else None
         released: list[Hold] = []  # held mode: given back in one call
         finished = len(ids)
         get = in_flight.get
@@ -543,9 +564,8 @@ class Channel(HeldMessages):
                 continue
             dirty = True
             self.requeue(msg)
-        queue = self.held_queue
-        if queue is not None and queue.held()[0] > RELOCATE_AFTER:
-            self._relocate_deferred(queue)
+        if self.held is not None:
+            self.held.relocate_deferred()
         return dirty
 
     # ------------------------------------------------------------------ state
@@ -553,7 +573,8 @@ class Channel(HeldMessages):
     def depth(self) -> int:
         # restored deferred messages still have a disk copy that will be skipped; an early
         # deferred message's record is counted as deferred
-        return len(self.memory_queue) + self.backend.depth() - len(self.skip_ids) - len(self._early)
+        early = len(self.held.early) if self.held is not None else 0
+        return len(self.memory_queue) + self.backend.depth() - len(self.skip_ids) - early
 
     def pause(self) -> None:
         self.paused = True
@@ -569,7 +590,8 @@ class Channel(HeldMessages):
         self._in_flight_capped = []
         self.deferred.clear()
         self._deferred_pq = []
-        self._early.clear()
+        if self.held is not None:
+            self.held.early.clear()
         for client in self._client_list:
             client.empty_in_flight()
         self.memory_queue.clear()
@@ -594,8 +616,8 @@ class Channel(HeldMessages):
         self.exiting = True
         self.close_clients()
         stored = self.flush()
-        if stored and self.held_queue is not None:
-            self.held_queue.release_all()  # every held message was just stored again
+        if stored and self.held is not None:
+            self.held.queue.release_all()  # every held message was just stored again
         self.writes.close_backend(self.backend, f"CHANNEL({self.name})")
 
     def flush(self) -> bool:
@@ -613,10 +635,8 @@ class Channel(HeldMessages):
         return stored
 
     def restore_deferred(self, msg: Message, remaining: float) -> None:
-        if self.held_queue is not None:
-            # held mode: its record from the shutdown becomes its hold when read (not skipped)
-            self.skip_ids.discard(msg.id)
-            self._early[msg.id] = msg
+        if self.held is not None:
+            self.held.restore_deferred(msg)
         self.start_deferred_timeout(msg, remaining)
 
     def messages_to_persist(self) -> list[Message]:
@@ -624,7 +644,7 @@ class Channel(HeldMessages):
         deferred message's record is already waiting in the queue."""
         msgs = list(self.memory_queue)
         msgs.extend(self.in_flight.values())
-        early = self._early
+        early = self.held.early if self.held is not None else {}
         msgs.extend(m for m in self.deferred.values() if early.get(m.id) is not m)
         self.memory_queue.clear()
         return msgs

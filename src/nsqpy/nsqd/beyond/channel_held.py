@@ -1,5 +1,6 @@
-"""A channel's held mode: the part of :class:`~nsqpy.nsqd.channel.Channel` that keeps each
-message's disk record until the message is finished (``Channel`` inherits it).
+"""A channel's held mode: the part of a :class:`~nsqpy.nsqd.channel.Channel` that keeps each
+message's disk record until the message is finished (the channel's ``held``, a
+:class:`HeldDelivery` composed in by ``Channel.hold_messages``).
 
 With ``--mem-queue-size=0 --sync-every=1`` (``hold_messages``), nothing acknowledged is lost
 to a SIGKILL: a message is in the channel's disk queue before any consumer gets it, and its
@@ -12,14 +13,14 @@ deferral whose record lands behind waiting records is *early*: when the cursor r
 record it becomes the deferred message's hold instead of a delivery; if the deferral ends
 first, that record is delivered when reached.
 
-In the default mode ``held_queue`` is None and nothing here runs but ``_release``, which finds
-no hold; the channel's hot paths (``_take``, ``finish_many``) test ``held_queue`` themselves.
+In the default mode the channel's ``held`` is None and nothing here runs; the channel's hot
+paths (``_take``, ``finish_many``, ``put``) test it themselves.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import BackendWriteError
 from ..message import Message, message_from_bytes
@@ -34,42 +35,45 @@ if TYPE_CHECKING:
 
 
 #: held mode: once the committed position keeps more records than this, a deferred message at
-#: its head is stored again at the tail (``_relocate_deferred``); the tests lower it
+#: its head is stored again at the tail (:meth:`HeldDelivery.relocate_deferred`); the tests
+#: lower it
 RELOCATE_AFTER = int(os.environ.get("NSQPY_HELD_RELOCATE_AFTER", "100000"))
 
 
-class HeldMessages:
-    """Held mode's state and methods; their ``self`` is the ``Channel`` inheriting them."""
+class HeldChannel(Protocol):
+    """What held mode uses of its channel."""
 
-    __slots__ = ("_early", "held_queue")
+    name: str
+    nsqd: NSQD
+    writes: BackendWrites
+    memory_queue: deque[Message]
+    deferred: dict[bytes, Message]
+    skip_ids: set[bytes]
 
-    if TYPE_CHECKING:  # the Channel's own, which held mode uses (declared for mypy only)
-        name: str
-        nsqd: NSQD
-        writes: BackendWrites
-        memory_queue: deque[Message]
-        deferred: dict[bytes, Message]
-        skip_ids: set[bytes]
+    def _ready_client(self) -> Consumer | None: ...
+    def pump(self, client: Consumer) -> None: ...
+    def deliver(self, client: Consumer, msg: Message) -> None: ...
+    def pump_all(self) -> None: ...
 
-        def _ready_client(self) -> Consumer | None: ...
-        def pump(self, client: Consumer) -> None: ...
-        def deliver(self, client: Consumer, msg: Message) -> None: ...
-        def pump_all(self) -> None: ...
-        def put(self, msg: Message) -> None: ...
 
-    def __init__(self) -> None:
-        # the disk queue holding every unfinished message (module docstring), or None
-        self.held_queue: DiskQueue | None = None
-        self._early: dict[bytes, Message] = {}
+class HeldDelivery:
+    """A channel's held mode: its disk queue, read with holds, and its early deferrals."""
 
-    def hold_messages(self, queue: DiskQueue) -> None:
-        """Keep every message in ``queue`` (this channel's backend) until it is finished."""
+    __slots__ = ("channel", "early", "queue")
+
+    def __init__(self, channel: HeldChannel, queue: DiskQueue) -> None:
         queue.hold_reads()
-        self.held_queue = queue
+        self.channel = channel
+        self.queue = queue  # the channel's backend, holding every unfinished message
+        # deferred messages whose record waits in the queue (module docstring), by ID
+        self.early: dict[bytes, Message] = {}
 
-    def _take_held(self, queue: DiskQueue, msgs: list[Message], count: int) -> list[Message]:
-        """:meth:`_take` from a held queue: each message keeps its record's hold."""
-        early = self._early
+    def take(self, msgs: list[Message], count: int) -> list[Message]:
+        """The channel's ``_take`` from the queue: each message keeps its record's hold."""
+        channel = self.channel
+        queue = self.queue
+        early = self.early
+        skip_ids = channel.skip_ids
         while len(msgs) < count:
             got = queue.get_held()
             if got is None:
@@ -79,52 +83,46 @@ class HeldMessages:
             if msg is None:
                 queue.release(hold)
                 continue
-            if self.skip_ids and msg.id in self.skip_ids:
-                self.skip_ids.discard(msg.id)
+            if skip_ids and msg.id in skip_ids:
+                skip_ids.discard(msg.id)
                 queue.release(hold)
                 continue
             if early:
                 deferred = early.pop(msg.id, None)
-                if deferred is not None and self.deferred.get(msg.id) is deferred:
+                if deferred is not None and channel.deferred.get(msg.id) is deferred:
                     deferred.hold = hold  # still deferred: this record is now its hold
                     continue
             msg.hold = hold
             msgs.append(msg)
         return msgs
 
-    def early_ids(self) -> set[bytes]:
-        """IDs of deferred messages whose record waits in the queue (module docstring)."""
-        return set(self._early)
-
-    def _release(self, msg: Message) -> None:
-        """``msg`` is finished or stored elsewhere: its record need not be kept."""
-        hold = msg.hold
-        if hold is not None:
-            msg.hold = None
-            if self.held_queue is not None:
-                self.held_queue.release(hold)
-
     def _decode(self, data: bytes) -> Message | None:
         try:
             return message_from_bytes(data)
         except ValueError as exc:
-            self.nsqd.logger.error(f"failed to decode message - {exc}")
+            self.channel.nsqd.logger.error(f"failed to decode message - {exc}")
             return None
 
-    def _store_deferred(self, queue: DiskQueue, msg: Message) -> None:
-        """Held mode: a DPUB's message is on disk for the whole of its deferral."""
-        hold = self.writes.write_held(queue, msg, f"CHANNEL({self.name})")
+    def store_deferred(self, msg: Message) -> None:
+        """A DPUB's message is on disk for the whole of its deferral."""
+        hold = self.channel.writes.write_held(self.queue, msg, f"CHANNEL({self.channel.name})")
         if hold is None:
-            self._early[msg.id] = msg
+            self.early[msg.id] = msg
         else:
             msg.hold = hold
 
-    def _requeue_held(self, msg: Message) -> None:
+    def restore_deferred(self, msg: Message) -> None:
+        """A deferral restored at start-up: its record from the shutdown becomes its hold when
+        read (not skipped)."""
+        self.channel.skip_ids.discard(msg.id)
+        self.early[msg.id] = msg
+
+    def requeue(self, msg: Message) -> None:
         """Store ``msg`` again (as a newer record, with its attempts), then let the old go."""
-        if self._early.get(msg.id) is msg:
+        if self.early.get(msg.id) is msg:
             # its record still waits in the queue and is delivered when reached
-            del self._early[msg.id]
-            self.pump_all()
+            del self.early[msg.id]
+            self.channel.pump_all()
             return
         old = msg.hold
         msg.hold = None
@@ -132,43 +130,50 @@ class HeldMessages:
             self.put(msg)
         except BackendWriteError:
             msg.hold = old  # the disk still has its earlier record
-            self.memory_queue.append(msg)
+            self.channel.memory_queue.append(msg)
             return
-        if old is not None and self.held_queue is not None:
-            self.held_queue.release(old)
+        if old is not None:
+            self.queue.release(old)
 
-    def _put_held(self, queue: DiskQueue, msg: Message) -> None:
-        """Held mode: on disk first; held at once when it goes straight to a ready consumer."""
+    def put(self, msg: Message) -> None:
+        """On disk first; held at once when it goes straight to a ready consumer."""
+        channel = self.channel
         msg = msg.private()  # the topic may share it with its other channels
-        context = f"CHANNEL({self.name})"
-        client = self._ready_client()
+        context = f"CHANNEL({channel.name})"
+        client = channel._ready_client()
         if client is None:
-            self.writes.write_to_backend(queue, msg, context, self.memory_queue)
+            channel.writes.write_to_backend(self.queue, msg, context, channel.memory_queue)
             return
-        hold = self.writes.write_held(queue, msg, context)
+        hold = channel.writes.write_held(self.queue, msg, context)
         if hold is None:  # others wait before it on disk
-            self.pump(client)
+            channel.pump(client)
             return
         msg.hold = hold
-        self.deliver(client, msg)
+        channel.deliver(client, msg)
         client.after_deliveries()
 
-    def _relocate_deferred(self, queue: DiskQueue) -> None:
+    def relocate_deferred(self) -> None:
         """A message deferred for long at the head of the held records keeps every later
         record (and its files, and their bookkeeping) for its whole deferral: store it again
         at the tail, early (module docstring), so the committed position moves on. In-flight
         heads are left alone: their timeout bounds them."""
-        owners = {m.hold: m for m in self.deferred.values() if m.hold is not None}
+        queue = self.queue
         count, head = queue.held()
+        if count <= RELOCATE_AFTER:
+            return
+        channel = self.channel
+        owners = {m.hold: m for m in channel.deferred.values() if m.hold is not None}
         while count > RELOCATE_AFTER:
             msg = owners.pop(head, None)
             if msg is None:
                 return
             try:
-                self.writes.write_to_backend(queue, msg, f"CHANNEL({self.name})", self.memory_queue)
+                channel.writes.write_to_backend(
+                    queue, msg, f"CHANNEL({channel.name})", channel.memory_queue
+                )
             except BackendWriteError:
                 return
-            self._early[msg.id] = msg
+            self.early[msg.id] = msg
             msg.hold = None
             queue.release(head)
             count, head = queue.held()

@@ -1,9 +1,13 @@
-"""Print which nsqpy subpackage imports which (the package layering).
+"""Print which nsqpy subpackage imports which (the package layering), and nsqd's modules.
 
 Reads every module under src/nsqpy with `ast` (nothing is imported or run) and
 prints, for each subpackage, the other subpackages it imports from and how many
 names it takes from each; then any import loops between two modules of one
-package that sit at module level.
+package that sit at module level; then, for each module of nsqd, the nsqd modules
+it imports (``*`` marks a type-only import, under ``TYPE_CHECKING``) and the
+cycles among them, type-only imports included but for back-pointers to
+``nsqd.nsqd``, the daemon that owns everything (tests/test_import_graph.py
+guards the same rule).
 
     python bench/import_graph.py [src/nsqpy]
 """
@@ -24,9 +28,14 @@ def module_name(root: Path, path: Path) -> str:
 
 
 def imported_modules(
-    tree: ast.Module, module: str, is_package: bool, modules: set[str] | dict[str, Path]
+    tree: ast.Module,
+    module: str,
+    is_package: bool,
+    modules: set[str] | dict[str, Path],
+    type_only: bool = False,
 ) -> list[tuple[str, bool]]:
-    """(absolute module name, imported at module level) for each import in `tree`."""
+    """(absolute module name, imported at module level) for each import in `tree`; with
+    `type_only`, the imports under ``TYPE_CHECKING`` instead."""
     found: list[tuple[str, bool]] = []
     top_level = {id(node) for node in tree.body}
     type_checking = {
@@ -36,8 +45,8 @@ def imported_modules(
         for inner in ast.walk(node)
     }
     for node in ast.walk(tree):
-        if id(node) in type_checking:
-            continue  # back-pointers for the type checker only: not a runtime import
+        if (id(node) in type_checking) != type_only:
+            continue  # type-only imports are back-pointers for the type checker, not run
 
         if isinstance(node, ast.Import):
             found += [(alias.name, id(node) in top_level) for alias in node.names]
@@ -91,6 +100,67 @@ def main() -> None:
         print(f"  {a} ({where[0]}-level) <-> {b} ({where[1]}-level)")
     if not loops:
         print("  none")
+    print_nsqd_modules(root, modules)
+
+
+def print_nsqd_modules(root: Path, modules: dict[str, Path]) -> None:
+    package = f"{root.name}.nsqd"
+    owner = f"{package}.nsqd"
+    edges: dict[str, set[str]] = defaultdict(set)
+    print(f"{package}: module -> the {package} modules it imports (* type-only)")
+    for name, path in modules.items():
+        if not name.startswith(f"{package}."):
+            continue
+        tree = ast.parse(path.read_text())
+        is_package = path.name == "__init__.py"
+        runtime = {t for t, _ in imported_modules(tree, name, is_package, modules)}
+        typing = {t for t, _ in imported_modules(tree, name, is_package, modules, True)}
+        own = sorted(t for t in runtime | typing if t.startswith(f"{package}.") and t != name)
+        if not own:
+            continue
+        shown = [t[len(package) + 1 :] + ("" if t in runtime else "*") for t in own]
+        print(f"  {name[len(package) + 1 :]:28} -> {', '.join(shown)}")
+        edges[name] = {t for t in own if t in runtime or t != owner}
+    cycles = [c for c in _strongly_connected(edges) if len(c) > 1]
+    print(f"cycles among {package}'s modules (type-only back-pointers to {owner} left out)")
+    for cycle in cycles:
+        print("  " + " <-> ".join(sorted(m[len(package) + 1 :] for m in cycle)))
+    if not cycles:
+        print("  none")
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's strongly connected components of the graph ``edges``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component: set[str] = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            found.append(component)
+
+    for node in list(edges):
+        if node not in index:
+            visit(node)
+    return found
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@
 - a window of messages sent when RDY rises (``Channel.start_in_flight_many``) and messages
   handed over one by one as they arrive (``Channel.deliver``);
 - a Message built by ``Message.__init__``, :meth:`Message.copy`, :func:`own_copies`,
-  :func:`message_from_bytes` and :func:`decode_records`: equal in every slot.
+  :func:`message_from_bytes` and :func:`decode_records`: equal in every slot;
+- a fan-out batch framed for the disk queues at once (``_framed_records``) and each message
+  encoded and size-prefixed on its own.
 
 Each twin runs on its own NSQD (same options, same fake clock readings, the same message IDs
 put in the same order), so anything one path does that the other does not shows up as a
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import struct
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +31,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nsqpy.nsqd.backend_writes import _framed_records
 from nsqpy.nsqd.channel import Channel, ChannelError
 from nsqpy.nsqd.client_v2 import ClientV2
 from nsqpy.nsqd.message import Message, decode_records, message_from_bytes, own_copies
@@ -456,3 +460,26 @@ def test_a_record_too_short_is_an_error_in_both_decoders() -> None:
     ]
     with pytest.raises(Exception, match="not enough data"):
         message_from_bytes(short)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(min_size=16, max_size=16),
+            st.binary(min_size=1, max_size=300),
+            st.integers(min_value=0, max_value=2**63 - 1),
+            st.integers(min_value=0, max_value=2**16 - 1),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_a_fan_out_batch_is_framed_as_each_message_encoded_and_size_prefixed(
+    fields: list[tuple[bytes, bytes, int, int]],
+) -> None:
+    """The framing a fan-out batch's overflow writes share (one header pack per message) is
+    the disk queue's record framing of ``Message.encode``."""
+    msgs = [Message(msg_id, body, ts, attempts) for msg_id, body, ts, attempts in fields]
+    plain = b"".join(struct.pack(">I", len(m.encode())) + m.encode() for m in msgs)
+    assert _framed_records(msgs) == plain

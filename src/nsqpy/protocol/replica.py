@@ -1,0 +1,351 @@
+"""The replication protocol between nsqd peers (``  R1``), as data: frames and events.
+
+docs/replication.md has the design. A node's *stream* is the ordered events of what it owns;
+each event batch carries the sequence number of its first event, so a peer's ACK of a
+sequence number covers every event up to it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+#: The magic a replication link sends first, on nsqd's client TCP port (beside ``  V2``).
+MAGIC_R1 = b"  R1"
+
+#: CHANNEL and TOPIC operations, applied on every node of the group.
+OP_CREATE = "create"
+OP_PAUSE = "pause"
+OP_UNPAUSE = "unpause"
+OP_EMPTY = "empty"
+OP_DELETE = "delete"
+OPS = (OP_CREATE, OP_PAUSE, OP_UNPAUSE, OP_EMPTY, OP_DELETE)
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """A message the owner accepted. ``channels`` are the channels it was copied to when the
+    owner sent the event; None while it waits in the topic for a channel (a topic with no
+    channel yet, or a copy the topic's pump has not made yet): a :class:`Fanout` assigns it
+    later. ``defer_ms`` is a DPUB's deferral."""
+
+    topic: str
+    msg_id: bytes
+    timestamp: int
+    attempts: int
+    body: bytes
+    channels: tuple[str, ...] | None
+    defer_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Fanout:
+    """The owner's topic copied messages that were waiting in it to these channels."""
+
+    topic: str
+    channels: tuple[str, ...]
+    ids: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Fin:
+    """Messages done with on a channel: finished, dead-lettered or sampled out."""
+
+    topic: str
+    channel: str
+    ids: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Attempts:
+    """A message's attempts on a channel as the owner last counted them (sent when it is
+    requeued or times out), so a takeover never lowers them."""
+
+    topic: str
+    channel: str
+    msg_id: bytes
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """A message deferred on a channel (REQ with a delay): due ``remaining_ms`` after the
+    event was stored, so a takeover keeps the rest of its deferral."""
+
+    topic: str
+    channel: str
+    msg_id: bytes
+    remaining_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelOp:
+    topic: str
+    channel: str
+    op: str  # one of OPS
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOp:
+    topic: str
+    op: str  # one of OPS
+
+
+Event = Put | Fanout | Fin | Attempts | Defer | ChannelOp | TopicOp
+
+
+class ReplicaProtocolError(ValueError):
+    """Bytes that are not a well-formed R1 frame or event batch (or a value that cannot be
+    encoded as one): the link that sent them is closed."""
+
+
+# --------------------------------------------------------------------------- events
+#
+# A batch is ``BE32(count)`` then the events, each one type byte and its fields:
+#
+#   str       BE16(len) UTF-8
+#   id        16 bytes
+#   channels  BE16(count) str*, count 0xFFFF meaning None
+#   ids       BE32(count) id*
+#   op        one byte, the index in OPS
+#
+#   PUT       topic, id, BE64 timestamp, BE16 attempts, BE64 defer_ms, channels, BE32(len) body
+#   FANOUT    topic, channels, ids
+#   FIN       topic, channel, ids
+#   ATTEMPTS  topic, channel, id, BE16 attempts
+#   DEFER     topic, channel, id, BE64 remaining_ms (signed: an overdue deferral is negative)
+#   CHANNEL   topic, channel, op
+#   TOPIC     topic, op
+
+EVENT_PUT = 1
+EVENT_FANOUT = 2
+EVENT_FIN = 3
+EVENT_ATTEMPTS = 4
+EVENT_DEFER = 5
+EVENT_CHANNEL = 6
+EVENT_TOPIC = 7
+
+ID_SIZE = 16
+_NO_CHANNELS = 0xFFFF
+#: The most channels one event can name (the count's largest value is the None marker).
+MAX_CHANNELS = _NO_CHANNELS - 1
+#: The smallest encoded event (TOPIC with an empty name): bounds a batch's announced count.
+_MIN_EVENT_SIZE = 1 + 2 + 1
+
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_PUT_FIXED = struct.Struct(">16sqHq")  # id, timestamp, attempts, defer_ms
+_ID_U16 = struct.Struct(">16sH")  # id, attempts
+_ID_I64 = struct.Struct(">16sq")  # id, remaining_ms
+
+_OP_CODES = {op: code for code, op in enumerate(OPS)}
+
+
+@lru_cache(maxsize=4096)
+def _str(value: str) -> bytes:
+    # topic and channel names repeat in every event: encode each once
+    raw = value.encode()
+    if len(raw) > 0xFFFF:
+        raise ReplicaProtocolError(f"name of {len(raw)} bytes is too long to encode")
+    return _U16.pack(len(raw)) + raw
+
+
+def _id(msg_id: bytes) -> bytes:
+    if len(msg_id) != ID_SIZE:
+        raise ReplicaProtocolError(f"message ID of {len(msg_id)} bytes, not {ID_SIZE}")
+    return msg_id
+
+
+def _ids(ids: Sequence[bytes]) -> bytes:
+    for msg_id in ids:
+        _id(msg_id)
+    return _U32.pack(len(ids)) + b"".join(ids)
+
+
+def _channels(channels: Sequence[str] | None) -> bytes:
+    if channels is None:
+        return _U16.pack(_NO_CHANNELS)
+    if len(channels) > MAX_CHANNELS:
+        raise ReplicaProtocolError(f"{len(channels)} channels, at most {MAX_CHANNELS}")
+    return _U16.pack(len(channels)) + b"".join(map(_str, channels))
+
+
+def _op(op: str) -> bytes:
+    code = _OP_CODES.get(op)
+    if code is None:
+        raise ReplicaProtocolError(f"unknown operation {op!r}")
+    return _U8.pack(code)
+
+
+def _encode_put(event: Put) -> bytes:
+    if event.defer_ms < 0:
+        raise ReplicaProtocolError(f"negative deferral {event.defer_ms}")
+    fixed = _PUT_FIXED.pack(_id(event.msg_id), event.timestamp, event.attempts, event.defer_ms)
+    body = event.body
+    return b"".join(
+        (
+            b"\x01",
+            _str(event.topic),
+            fixed,
+            _channels(event.channels),
+            _U32.pack(len(body)),
+            body,
+        )
+    )
+
+
+def _encode_one(event: Event) -> bytes:
+    if isinstance(event, Put):
+        return _encode_put(event)
+    if isinstance(event, Fin):
+        return b"\x03" + _str(event.topic) + _str(event.channel) + _ids(event.ids)
+    if isinstance(event, Fanout):
+        return b"\x02" + _str(event.topic) + _channels(event.channels) + _ids(event.ids)
+    if isinstance(event, Attempts):
+        fixed = _ID_U16.pack(_id(event.msg_id), event.attempts)
+        return b"\x04" + _str(event.topic) + _str(event.channel) + fixed
+    if isinstance(event, Defer):
+        fixed = _ID_I64.pack(_id(event.msg_id), event.remaining_ms)
+        return b"\x05" + _str(event.topic) + _str(event.channel) + fixed
+    if isinstance(event, ChannelOp):
+        return b"\x06" + _str(event.topic) + _str(event.channel) + _op(event.op)
+    if isinstance(event, TopicOp):
+        return b"\x07" + _str(event.topic) + _op(event.op)
+    raise TypeError(f"not a replication event: {event!r}")
+
+
+def encode_events(events: Sequence[Event]) -> bytes:
+    """A batch of events as bytes that :func:`decode_events` reads back.
+
+    Raises ReplicaProtocolError for a value the format cannot carry (an ID that is not 16
+    bytes, attempts beyond BE16, a negative deferral, an unknown op, a name beyond 64 KiB)."""
+    try:
+        return _U32.pack(len(events)) + b"".join(map(_encode_one, events))
+    except struct.error as exc:
+        raise ReplicaProtocolError(f"event field out of range: {exc}") from None
+    except UnicodeEncodeError as exc:
+        raise ReplicaProtocolError(f"name is not encodable as UTF-8: {exc}") from None
+
+
+class _Reader:
+    """A cursor over an event batch; every read checks the bytes are there first."""
+
+    __slots__ = ("data", "end", "pos")
+
+    def __init__(self, data: bytes | bytearray | memoryview, pos: int) -> None:
+        self.data = data
+        self.pos = pos
+        self.end = len(data)
+
+    def need(self, size: int) -> int:
+        """The current position, after checking ``size`` bytes follow it."""
+        pos = self.pos
+        if self.end - pos < size:
+            raise ReplicaProtocolError(f"truncated event batch at byte {pos}")
+        self.pos = pos + size
+        return pos
+
+    def u8(self) -> int:
+        return self.data[self.need(1)]
+
+    def u16(self) -> int:
+        return int(_U16.unpack_from(self.data, self.need(2))[0])
+
+    def u32(self) -> int:
+        return int(_U32.unpack_from(self.data, self.need(4))[0])
+
+    def raw(self, size: int) -> bytes:
+        pos = self.need(size)
+        return bytes(self.data[pos : pos + size])
+
+    def name(self) -> str:
+        size = self.u16()
+        pos = self.need(size)
+        try:
+            return str(self.data[pos : pos + size], "utf-8")
+        except UnicodeDecodeError:
+            raise ReplicaProtocolError(f"name at byte {pos} is not UTF-8") from None
+
+    def count(self, announced: int, item_size: int) -> int:
+        """An announced count of items, each at least ``item_size`` bytes, checked against
+        what is left: a huge count in a short batch is an error, never a huge allocation."""
+        if announced * item_size > self.end - self.pos:
+            raise ReplicaProtocolError(f"count {announced} beyond the batch's end")
+        return announced
+
+    def channels(self) -> tuple[str, ...] | None:
+        announced = self.u16()
+        if announced == _NO_CHANNELS:
+            return None
+        return tuple(self.name() for _ in range(self.count(announced, 2)))
+
+    def ids(self) -> tuple[bytes, ...]:
+        count = self.count(self.u32(), ID_SIZE)
+        pos = self.need(count * ID_SIZE)
+        data = self.data
+        return tuple(
+            bytes(data[start : start + ID_SIZE])
+            for start in range(pos, pos + count * ID_SIZE, ID_SIZE)
+        )
+
+    def op(self) -> str:
+        code = self.u8()
+        if code >= len(OPS):
+            raise ReplicaProtocolError(f"unknown operation code {code}")
+        return OPS[code]
+
+    def put(self) -> Put:
+        topic = self.name()
+        msg_id, timestamp, attempts, defer_ms = _PUT_FIXED.unpack_from(
+            self.data, self.need(_PUT_FIXED.size)
+        )
+        if defer_ms < 0:
+            raise ReplicaProtocolError(f"negative deferral {defer_ms}")
+        channels = self.channels()
+        body = self.raw(self.u32())
+        return Put(topic, msg_id, timestamp, attempts, body, channels, defer_ms)
+
+    def event(self) -> Event:
+        kind = self.u8()
+        if kind == EVENT_PUT:
+            return self.put()
+        if kind == EVENT_FIN:
+            return Fin(self.name(), self.name(), self.ids())
+        if kind == EVENT_FANOUT:
+            topic = self.name()
+            channels = self.channels()
+            if channels is None:
+                raise ReplicaProtocolError("FANOUT without channels")
+            return Fanout(topic, channels, self.ids())
+        if kind == EVENT_ATTEMPTS:
+            topic, channel = self.name(), self.name()
+            msg_id, attempts = _ID_U16.unpack_from(self.data, self.need(_ID_U16.size))
+            return Attempts(topic, channel, msg_id, attempts)
+        if kind == EVENT_DEFER:
+            topic, channel = self.name(), self.name()
+            msg_id, remaining = _ID_I64.unpack_from(self.data, self.need(_ID_I64.size))
+            return Defer(topic, channel, msg_id, remaining)
+        if kind == EVENT_CHANNEL:
+            return ChannelOp(self.name(), self.name(), self.op())
+        if kind == EVENT_TOPIC:
+            return TopicOp(self.name(), self.op())
+        raise ReplicaProtocolError(f"unknown event type {kind} at byte {self.pos - 1}")
+
+
+def _decode_events_at(data: bytes | bytearray | memoryview, pos: int) -> list[Event]:
+    reader = _Reader(data, pos)
+    count = reader.count(reader.u32(), _MIN_EVENT_SIZE)
+    events = [reader.event() for _ in range(count)]
+    if reader.pos != reader.end:
+        raise ReplicaProtocolError(f"{reader.end - reader.pos} bytes after the last event")
+    return events
+
+
+def decode_events(data: bytes) -> list[Event]:
+    """The events of a batch :func:`encode_events` made. Anything else (truncated, an unknown
+    type or op, a count beyond the bytes given, bytes left over) raises ReplicaProtocolError."""
+    return _decode_events_at(data, 0)

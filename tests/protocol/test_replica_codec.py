@@ -1,0 +1,258 @@
+"""The R1 replication codec: event batches and frames round trip, and malformed input of any
+shape raises ReplicaProtocolError and nothing else."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsqpy.protocol import replica
+from nsqpy.protocol.replica import (
+    OPS,
+    Attempts,
+    ChannelOp,
+    Defer,
+    Event,
+    Fanout,
+    Fin,
+    Put,
+    ReplicaProtocolError,
+    TopicOp,
+    decode_events,
+    encode_events,
+)
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+names = st.one_of(
+    st.sampled_from(["t", "orders", "a.b_c-d#ephemeral", ""]),
+    st.text(max_size=12),
+    st.text(min_size=60, max_size=70),
+)
+ids = st.binary(min_size=16, max_size=16)
+id_tuples = st.lists(ids, max_size=6).map(tuple)
+channel_tuples = st.lists(names, max_size=5).map(tuple)
+
+EVENT_STRATEGIES: dict[str, st.SearchStrategy[Event]] = {
+    "put": st.builds(
+        Put,
+        topic=names,
+        msg_id=ids,
+        timestamp=INT64,
+        attempts=st.integers(min_value=0, max_value=0xFFFF),
+        body=st.binary(max_size=300),
+        channels=st.none() | channel_tuples,
+        defer_ms=st.integers(min_value=0, max_value=2**63 - 1),
+    ),
+    "fanout": st.builds(Fanout, topic=names, channels=channel_tuples, ids=id_tuples),
+    "fin": st.builds(Fin, topic=names, channel=names, ids=id_tuples),
+    "attempts": st.builds(
+        Attempts,
+        topic=names,
+        channel=names,
+        msg_id=ids,
+        attempts=st.integers(min_value=0, max_value=0xFFFF),
+    ),
+    "defer": st.builds(Defer, topic=names, channel=names, msg_id=ids, remaining_ms=INT64),
+    "channel": st.builds(ChannelOp, topic=names, channel=names, op=st.sampled_from(OPS)),
+    "topic": st.builds(TopicOp, topic=names, op=st.sampled_from(OPS)),
+}
+any_event = st.one_of(*EVENT_STRATEGIES.values())
+batches = st.lists(any_event, max_size=8)
+
+ID = bytes(range(16))
+
+
+def decodes_or_rejects(data: bytes) -> None:
+    try:
+        decode_events(data)
+    except ReplicaProtocolError:
+        pass
+
+
+# --------------------------------------------------------------------------- event round trips
+
+
+@pytest.mark.parametrize("kind", sorted(EVENT_STRATEGIES))
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_each_event_type_round_trips(kind: str, data: st.DataObject) -> None:
+    event = data.draw(EVENT_STRATEGIES[kind])
+    assert decode_events(encode_events([event])) == [event]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(batches)
+def test_batches_round_trip(events: list[Event]) -> None:
+    assert decode_events(encode_events(events)) == events
+
+
+def test_empty_batch() -> None:
+    assert encode_events([]) == b"\x00\x00\x00\x00"
+    assert decode_events(b"\x00\x00\x00\x00") == []
+
+
+def test_layout_is_pinned() -> None:
+    # the bytes a peer's store keeps on disk: a change here is a format change
+    put = Put("t", ID, 7, 2, b"hi", None, defer_ms=5)
+    assert encode_events([put]) == (
+        b"\x00\x00\x00\x01"
+        + b"\x01\x00\x01t"
+        + ID
+        + struct.pack(">qHq", 7, 2, 5)
+        + b"\xff\xff"
+        + b"\x00\x00\x00\x02hi"
+    )
+    fin = Fin("t", "c", (ID,))
+    assert encode_events([fin]) == b"\x00\x00\x00\x01\x03\x00\x01t\x00\x01c\x00\x00\x00\x01" + ID
+    assert encode_events([TopicOp("t", "delete")]) == b"\x00\x00\x00\x01\x07\x00\x01t\x04"
+    fanout = Fanout("t", ("a", "bc"), ())
+    assert encode_events([fanout]) == (
+        b"\x00\x00\x00\x01\x02\x00\x01t\x00\x02\x00\x01a\x00\x02bc\x00\x00\x00\x00"
+    )
+
+
+def test_put_with_no_channels_differs_from_none() -> None:
+    waiting = Put("t", ID, 1, 1, b"", None)
+    copied_nowhere = Put("t", ID, 1, 1, b"", ())
+    assert decode_events(encode_events([waiting, copied_nowhere])) == [waiting, copied_nowhere]
+
+
+# --------------------------------------------------------------------------- encoder checks
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        Put("t", b"short", 1, 1, b"", None),
+        Put("t", ID, 1, 0x10000, b"", None),
+        Put("t", ID, 1, -1, b"", None),
+        Put("t", ID, 2**63, 1, b"", None),
+        Put("t", ID, 1, 1, b"", None, defer_ms=-1),
+        Put("x" * 0x10000, ID, 1, 1, b"", None),
+        Put("\ud800", ID, 1, 1, b"", None),
+        Fanout("t", ("c",) * 0xFFFF, ()),
+        Fin("t", "c", (ID, ID + b"x")),
+        Attempts("t", "c", ID, 0x10000),
+        Defer("t", "c", ID, 2**63),
+        ChannelOp("t", "c", "rename"),
+        TopicOp("t", "CREATE"),
+    ],
+    ids=repr,
+)
+def test_encoder_rejects_what_the_format_cannot_carry(event: Event) -> None:
+    with pytest.raises(ReplicaProtocolError):
+        encode_events([event])
+
+
+def test_encoder_rejects_non_events() -> None:
+    with pytest.raises(TypeError):
+        encode_events(["PUT t"])  # type: ignore[list-item]
+
+
+# --------------------------------------------------------------------------- decoder checks
+
+
+def one(event_bytes: bytes, count: int = 1) -> bytes:
+    return struct.pack(">I", count) + event_bytes
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x00\x00\x00",
+        b"\x00\x00\x00\x00\x00",  # trailing byte after an empty batch
+        b"\xff\xff\xff\xff",  # a huge count, nothing after it
+        one(b"\x07\x00\x01t\x00", count=2),  # one event where two are announced
+        one(b"\x00\x00\x01t\x00"),  # type 0
+        one(b"\x08\x00\x01t\x00"),  # type beyond TOPIC
+        one(b"\x07\x00\x01t\x05"),  # op beyond OPS
+        one(b"\x07\x00\x01t\xff"),
+        one(b"\x07\xff\xfft\x00"),  # a name longer than the batch
+        one(b"\x07\x00\x01\xff\x00"),  # a name that is not UTF-8
+        one(b"\x07\x00\x02\xed\xa0\x00"),  # a UTF-8-encoded surrogate
+        one(b"\x03\x00\x01t\x00\x01c\xff\xff\xff\xff" + ID),  # 4G IDs announced, one present
+        one(b"\x03\x00\x01t\x00\x01c\x00\x00\x00\x01" + ID[:15]),
+        one(b"\x02\x00\x01t\xff\xff\x00\x00\x00\x00"),  # FANOUT with the None marker
+        one(b"\x02\x00\x01t\xff\xfe\x00\x00\x00\x00"),  # 65534 channels announced
+        one(b"\x01\x00\x01t" + ID + struct.pack(">qHq", 1, 1, -1) + b"\xff\xff\x00\x00\x00\x00"),
+        one(b"\x01\x00\x01t" + ID + struct.pack(">qHq", 1, 1, 0) + b"\xff\xff\xff\xff\xff\xffab"),
+        one(b"\x05\x00\x01t\x00\x01c" + ID + b"\x00" * 7),
+    ],
+)
+def test_decoder_rejects_malformed_batches(data: bytes) -> None:
+    with pytest.raises(ReplicaProtocolError):
+        decode_events(data)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(any_event, min_size=1, max_size=4))
+def test_every_truncation_and_any_trailing_bytes_are_rejected(events: list[Event]) -> None:
+    data = encode_events(events)
+    for cut in range(len(data)):
+        with pytest.raises(ReplicaProtocolError):
+            decode_events(data[:cut])
+    with pytest.raises(ReplicaProtocolError):
+        decode_events(data + b"\x00")
+
+
+def test_huge_counts_fail_without_allocating() -> None:
+    # counts near the top of their range in a few bytes: rejected before any list is built
+    for data in (
+        b"\x7f\xff\xff\xff" + b"\x07" * 64,
+        one(b"\x03\x00\x00\x00\x00\x7f\xff\xff\xff"),
+        one(b"\x01\x00\x00" + ID + bytes(18) + b"\x00\x00\x7f\xff\xff\xff"),
+    ):
+        with pytest.raises(ReplicaProtocolError):
+            decode_events(data)
+
+
+def test_decoder_accepts_buffers() -> None:
+    data = encode_events([Fin("t", "c", (ID,)), Put("t", ID, 1, 1, b"b", ("c",))])
+    expected = decode_events(data)
+    assert replica._decode_events_at(bytearray(data), 0) == expected
+    assert replica._decode_events_at(memoryview(b"xy" + data), 2) == expected
+    assert all(type(i) is bytes for i in expected[0].ids)  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- event fuzz
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_decode_or_raise_protocol_error(data: bytes) -> None:
+    decodes_or_rejects(data)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(st.binary(max_size=120))
+def test_arbitrary_events_after_a_plausible_count(tail: bytes) -> None:
+    # most random bytes fail at the count; this reaches the event parsers
+    for count in (1, 2):
+        decodes_or_rejects(struct.pack(">I", count) + tail)
+
+
+@st.composite
+def mutated(draw: st.DrawFn, source: st.SearchStrategy[bytes]) -> bytes:
+    """A valid encoding with a few bytes overwritten, inserted or deleted."""
+    data = bytearray(draw(source))
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        where = draw(st.integers(min_value=0, max_value=len(data)))
+        action = draw(st.sampled_from(["set", "insert", "delete"]))
+        byte = draw(st.integers(min_value=0, max_value=255))
+        if action == "set" and where < len(data):
+            data[where] = byte
+        elif action == "insert":
+            data.insert(where, byte)
+        elif where < len(data):
+            del data[where]
+    return bytes(data)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(mutated(batches.map(encode_events)))
+def test_mutated_batches_decode_or_raise_protocol_error(data: bytes) -> None:
+    decodes_or_rejects(data)

@@ -12,15 +12,23 @@ from hypothesis import strategies as st
 from nsqpy.protocol import replica
 from nsqpy.protocol.replica import (
     OPS,
+    Ack,
     Attempts,
     ChannelOp,
     Defer,
     Event,
+    Events,
     Fanout,
     Fin,
+    Frame,
+    FrameParser,
+    Hello,
+    Ping,
+    Pong,
     Put,
     ReplicaProtocolError,
     TopicOp,
+    Welcome,
     decode_events,
     encode_events,
 )
@@ -256,3 +264,205 @@ def mutated(draw: st.DrawFn, source: st.SearchStrategy[bytes]) -> bytes:
 @given(mutated(batches.map(encode_events)))
 def test_mutated_batches_decode_or_raise_protocol_error(data: bytes) -> None:
     decodes_or_rejects(data)
+
+
+# --------------------------------------------------------------------------- frames
+
+SEQ = st.integers(min_value=0, max_value=2**64 - 1)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+infos = st.dictionaries(st.text(max_size=12), json_values, max_size=5)
+
+FRAME_STRATEGIES: dict[str, st.SearchStrategy[Frame]] = {
+    "hello": st.builds(Hello, infos),
+    "welcome": st.builds(Welcome, infos),
+    "events": st.builds(Events, SEQ, st.lists(any_event, max_size=4)),
+    "ack": st.builds(Ack, SEQ),
+    "ping": st.just(Ping()),
+    "pong": st.just(Pong()),
+}
+any_frame = st.one_of(*FRAME_STRATEGIES.values())
+
+
+def encode(frame: Frame) -> bytes:
+    if isinstance(frame, Hello):
+        return replica.hello(frame.info)
+    if isinstance(frame, Welcome):
+        return replica.welcome(frame.info)
+    if isinstance(frame, Events):
+        return replica.events(frame.first_seq, frame.events)
+    if isinstance(frame, Ack):
+        return replica.ack(frame.seq)
+    if isinstance(frame, Ping):
+        return replica.ping()
+    return replica.pong()
+
+
+def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({cut % (len(data) + 1) for cut in cuts})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+def parse_or_reject(chunks: list[bytes], max_frame_size: int = 4096) -> None:
+    parser = FrameParser(max_frame_size)
+    try:
+        for chunk in chunks:
+            parser.feed(chunk)
+    except ReplicaProtocolError:
+        pass
+
+
+@pytest.mark.parametrize("kind", sorted(FRAME_STRATEGIES))
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_each_frame_type_round_trips(kind: str, data: st.DataObject) -> None:
+    frame = data.draw(FRAME_STRATEGIES[kind])
+    parser = FrameParser(1 << 20)
+    assert parser.feed(encode(frame)) == [frame]
+    assert parser.buffered == 0
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.lists(any_frame, max_size=10),
+    st.lists(st.integers(min_value=0, max_value=10**6), max_size=30),
+)
+def test_a_stream_split_anywhere_parses_as_a_whole(frames: list[Frame], cuts: list[int]) -> None:
+    stream = b"".join(map(encode, frames))
+    assert FrameParser(1 << 20).feed(stream) == frames
+    parser = FrameParser(1 << 20)
+    parsed = [frame for chunk in split_at(stream, cuts) for frame in parser.feed(chunk)]
+    assert parsed == frames
+    assert parser.buffered == 0
+
+
+def test_a_stream_fed_byte_by_byte() -> None:
+    frames: list[Frame] = [
+        Hello({"address": "127.0.0.1:4150", "incarnation": "a1"}),
+        Welcome({"incarnation": "b2", "stored": 0}),
+        Events(1, [Put("t", ID, 1, 1, b"x", ("c",)), Fin("t", "c", (ID,))]),
+        Ack(2),
+        Ping(),
+        Pong(),
+    ]
+    parser = FrameParser()
+    parsed: list[Frame] = []
+    for byte in b"".join(map(encode, frames)):
+        parsed += parser.feed(bytes([byte]))
+    assert parsed == frames
+
+
+def test_frame_layout_is_pinned() -> None:
+    assert replica.ping() == b"\x00\x00\x00\x01\x05"
+    assert replica.pong() == b"\x00\x00\x00\x01\x06"
+    assert replica.ack(258) == b"\x00\x00\x00\x09\x04" + struct.pack(">Q", 258)
+    assert replica.hello({"a": 1}) == b"\x00\x00\x00\x08\x01" + b'{"a":1}'
+    assert replica.welcome({}) == b"\x00\x00\x00\x03\x02{}"
+    batch = encode_events([TopicOp("t", "create")])
+    assert replica.events(7, [TopicOp("t", "create")]) == (
+        struct.pack(">IB", 9 + len(batch), 3) + struct.pack(">Q", 7) + batch
+    )
+
+
+def test_frames_at_the_size_bound() -> None:
+    frame = replica.events(1, [Put("t", ID, 1, 1, b"x" * 100, None)])
+    size = len(frame) - 4
+    assert FrameParser(size).feed(frame) == [Events(1, [Put("t", ID, 1, 1, b"x" * 100, None)])]
+    parser = FrameParser(size - 1)
+    with pytest.raises(ReplicaProtocolError):
+        parser.feed(frame[:4])  # the size alone is enough to refuse it
+
+
+def frame(frame_type: int, payload: bytes) -> bytes:
+    return struct.pack(">IB", len(payload) + 1, frame_type) + payload
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00\x00\x00\x00",  # size 0: no type byte
+        b"\x00\x01\x00\x01",  # beyond the parser's 4096
+        b"\xff\xff\xff\xff",
+        frame(0, b""),
+        frame(7, b""),
+        frame(255, b"x"),
+        frame(1, b""),  # HELLO without JSON
+        frame(1, b"[1, 2]"),
+        frame(1, b'"address"'),
+        frame(1, b"null"),
+        frame(2, b"{"),
+        frame(2, b'{"a": NaN}'),
+        frame(2, b'{"a": 1}x'),
+        frame(2, b'{"\xff": 1}'),
+        frame(2, '{"a": "é"}'.encode("utf-16")),
+        frame(1, b"[" * 3000 + b"]" * 3000),
+        frame(1, b'{"a": ' + b"9" * 5000 + b"}"),
+        frame(3, b""),
+        frame(3, b"\x00" * 7),
+        frame(3, b"\x00" * 8),  # a sequence number, no batch
+        frame(3, b"\x00" * 8 + b"\x00\x00\x00\x01"),
+        frame(3, b"\x00" * 8 + b"\x00\x00\x00\x00\x00"),
+        frame(4, b""),
+        frame(4, b"\x00" * 7),
+        frame(4, b"\x00" * 9),
+        frame(5, b"\x00"),
+        frame(6, b"pong"),
+    ],
+)
+def test_parser_rejects_bad_frames(data: bytes) -> None:
+    with pytest.raises(ReplicaProtocolError):
+        FrameParser(4096).feed(data)
+
+
+def test_an_error_ends_the_parser() -> None:
+    parser = FrameParser()
+    assert parser.feed(replica.ping() + frame(9, b"")[:3]) == [Ping()]
+    with pytest.raises(ReplicaProtocolError):
+        parser.feed(frame(9, b"")[3:] + replica.pong())
+    with pytest.raises(ReplicaProtocolError):
+        parser.feed(replica.pong())
+    assert parser.buffered == 0
+
+
+def test_encoders_check_sequence_numbers() -> None:
+    for seq in (-1, 2**64):
+        with pytest.raises(ReplicaProtocolError):
+            replica.ack(seq)
+        with pytest.raises(ReplicaProtocolError):
+            replica.events(seq, [])
+
+
+# --------------------------------------------------------------------------- frame fuzz
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(st.lists(st.binary(max_size=64), max_size=6))
+def test_arbitrary_bytes_parse_or_raise_protocol_error(chunks: list[bytes]) -> None:
+    parse_or_reject(chunks)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(
+    st.lists(st.tuples(st.integers(min_value=1, max_value=6), st.binary(max_size=60)), max_size=5)
+)
+def test_arbitrary_payloads_of_known_types(items: list[tuple[int, bytes]]) -> None:
+    # random frames rarely have a sane size and type; these reach every payload decoder
+    parse_or_reject([b"".join(frame(kind, payload) for kind, payload in items)])
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(
+    mutated(st.lists(any_frame, min_size=1, max_size=4).map(lambda fs: b"".join(map(encode, fs)))),
+    st.lists(st.integers(min_value=0, max_value=10**6), max_size=5),
+)
+def test_mutated_streams_parse_or_raise_protocol_error(stream: bytes, cuts: list[int]) -> None:
+    parse_or_reject(split_at(stream, cuts), max_frame_size=1 << 16)

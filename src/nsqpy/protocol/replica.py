@@ -7,10 +7,12 @@ sequence number covers every event up to it.
 
 from __future__ import annotations
 
+import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 #: The magic a replication link sends first, on nsqd's client TCP port (beside ``  V2``).
 MAGIC_R1 = b"  R1"
@@ -349,3 +351,202 @@ def decode_events(data: bytes) -> list[Event]:
     """The events of a batch :func:`encode_events` made. Anything else (truncated, an unknown
     type or op, a count beyond the bytes given, bytes left over) raises ReplicaProtocolError."""
     return _decode_events_at(data, 0)
+
+
+# --------------------------------------------------------------------------- frames
+#
+# ``BE32(size) type payload``, ``size`` counting the type byte and the payload.
+
+FRAME_HELLO = 1
+FRAME_WELCOME = 2
+FRAME_EVENTS = 3
+FRAME_ACK = 4
+FRAME_PING = 5
+FRAME_PONG = 6
+
+#: A frame's head: ``BE32(size)`` and the type byte.
+FRAME_HEAD = struct.Struct(">IB")
+#: The default bound on a frame's size; a link passes its own (large enough for a batch of
+#: its largest messages).
+DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The owner introduces itself: its address and incarnation (docs/replication.md)."""
+
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The peer's answer: its incarnation and how much of the owner's stream it has stored."""
+
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    """Events of the owner's stream, the first numbered ``first_seq``, the next ones after it."""
+
+    first_seq: int
+    events: list[Event]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Every event of the owner's stream up to ``seq`` is stored on the peer."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    pass
+
+
+Frame = Hello | Welcome | Events | Ack | Ping | Pong
+
+_PING = Ping()
+_PONG = Pong()
+
+
+def _frame(frame_type: int, payload: bytes) -> bytes:
+    return FRAME_HEAD.pack(len(payload) + 1, frame_type) + payload
+
+
+def _json(info: Mapping[str, Any]) -> bytes:
+    return json.dumps(info, separators=(",", ":"), allow_nan=False).encode()
+
+
+def hello(info: Mapping[str, Any]) -> bytes:
+    return _frame(FRAME_HELLO, _json(info))
+
+
+def welcome(info: Mapping[str, Any]) -> bytes:
+    return _frame(FRAME_WELCOME, _json(info))
+
+
+def events(first_seq: int, batch: Sequence[Event]) -> bytes:
+    return _frame(FRAME_EVENTS, _seq(first_seq) + encode_events(batch))
+
+
+def ack(seq: int) -> bytes:
+    return _frame(FRAME_ACK, _seq(seq))
+
+
+def ping() -> bytes:
+    return _FRAME_PING
+
+
+def pong() -> bytes:
+    return _FRAME_PONG
+
+
+_FRAME_PING = _frame(FRAME_PING, b"")
+_FRAME_PONG = _frame(FRAME_PONG, b"")
+
+
+def _seq(seq: int) -> bytes:
+    if not 0 <= seq < 1 << 64:
+        raise ReplicaProtocolError(f"sequence number {seq} out of range")
+    return _U64.pack(seq)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode_info(payload: bytes, what: str) -> dict[str, Any]:
+    try:
+        info = json.loads(payload.decode(), parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        # ValueError covers bad UTF-8, bad JSON and integers beyond Python's digit limit;
+        # RecursionError a nesting deeper than the decoder's stack
+        raise ReplicaProtocolError(f"{what} payload is not JSON") from None
+    if not isinstance(info, dict):
+        raise ReplicaProtocolError(f"{what} payload is not a JSON object")
+    return info
+
+
+def _decode_seq(payload: bytes, what: str) -> int:
+    if len(payload) != _U64.size:
+        raise ReplicaProtocolError(f"{what} payload of {len(payload)} bytes, not 8")
+    return int(_U64.unpack(payload)[0])
+
+
+def _decode_frame(frame_type: int, payload: bytes) -> Frame:
+    if frame_type == FRAME_EVENTS:
+        if len(payload) < _U64.size:
+            raise ReplicaProtocolError(f"EVENTS payload of {len(payload)} bytes")
+        first_seq = int(_U64.unpack_from(payload)[0])
+        return Events(first_seq, _decode_events_at(payload, _U64.size))
+    if frame_type == FRAME_ACK:
+        return Ack(_decode_seq(payload, "ACK"))
+    if frame_type in (FRAME_PING, FRAME_PONG):
+        if payload:
+            raise ReplicaProtocolError(f"{len(payload)} bytes after PING or PONG")
+        return _PING if frame_type == FRAME_PING else _PONG
+    if frame_type == FRAME_HELLO:
+        return Hello(_decode_info(payload, "HELLO"))
+    if frame_type == FRAME_WELCOME:
+        return Welcome(_decode_info(payload, "WELCOME"))
+    raise ReplicaProtocolError(f"unknown frame type {frame_type}")
+
+
+class FrameParser:
+    """Incremental parser of R1 frames: feed it the bytes as they arrive, however split.
+
+    A bad frame (size 0 or beyond ``max_frame_size``, an unknown type, a payload that does not
+    parse) raises ReplicaProtocolError, and so does every later ``feed``: the link is done
+    with, and frames parsed in the failing call are dropped with it (a new link resumes from
+    the peer's WELCOME). A frame's bytes are buffered only once its size is known to be in
+    bounds, so a peer cannot make the parser hold more than ``max_frame_size`` plus one read.
+    """
+
+    __slots__ = ("_buf", "_error", "_max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        if max_frame_size < 1:
+            raise ValueError(f"max_frame_size {max_frame_size} < 1")
+        self._buf = bytearray()
+        self._max_frame_size = max_frame_size
+        self._error: ReplicaProtocolError | None = None
+
+    def feed(self, data: bytes) -> list[Frame]:
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        buf += data
+        frames: list[Frame] = []
+        pos = 0
+        end = len(buf)
+        try:
+            while end - pos >= 4:
+                size = int(_U32.unpack_from(buf, pos)[0])
+                if size == 0 or size > self._max_frame_size:
+                    raise ReplicaProtocolError(
+                        f"frame size {size} not in 1..{self._max_frame_size}"
+                    )
+                stop = pos + 4 + size
+                if stop > end:
+                    break
+                frames.append(_decode_frame(buf[pos + 4], bytes(buf[pos + 5 : stop])))
+                pos = stop
+        except ReplicaProtocolError as exc:
+            self._error = exc
+            buf.clear()
+            raise
+        if pos:
+            del buf[:pos]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received of frames not complete yet."""
+        return len(self._buf)

@@ -25,6 +25,9 @@ NEW_FLAGS = {
     "max-queue-bytes": "max_queue_bytes",
     "queue-full-policy": "queue_full_policy",
     "max-defer-timeout": "max_defer_timeout",
+    "replica-peer": "replica_peers",
+    "replica-acks": "replica_acks",
+    "replica-timeout": "replica_timeout",
 }
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import re
 import socket
 import zlib
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from ..internal.flags import (
     HTTPClientTimeouts,
     option,
 )
+from ..internal.net import split_host_port
 
 
 def default_node_id() -> int:
@@ -328,8 +331,96 @@ class Options(CommonOptions, HTTPClientTimeouts):
         "[nsqpy] maximum DPUB / HTTP defer duration (0 = bounded by --max-req-timeout, as Go)",
     )
 
+    # ---- replicated topics (docs/replication.md): no --replica-peer, no replication
+    replica_peers: list[str] = option(
+        "replica-peer",
+        [],
+        STR_LIST,
+        "[nsqpy] `HOST:PORT` (the TCP address its clients use) of another nsqd of this node's "
+        "replication group (may be given multiple times)",
+        cfg="replica_peers",
+    )
+    replica_acks: int = option(
+        "replica-acks",
+        2,
+        INT,
+        "[nsqpy] durable copies, this node's included, before a publish is acknowledged "
+        "(with --replica-peer)",
+    )
+    replica_timeout: float = option(
+        "replica-timeout",
+        10.0,
+        DURATION,
+        "[nsqpy] how long a --replica-peer must be unreachable before its messages are taken over",
+    )
+
 
 def max_defer_ms(opts: Options) -> int:
     """The longest DPUB / HTTP ``defer`` in ms: --max-defer-timeout when set (nsqio/nsq#1499,
     PR #1504), else --max-req-timeout as in Go."""
     return round((opts.max_defer_timeout or opts.max_req_timeout) * 1000)
+
+
+class ReplicaOptionError(ValueError):
+    """A bad --replica-* value: nsqd refuses to start (``failed to instantiate nsqd - ...``)."""
+
+
+#: a host name or IPv4 address as written in a peer's address (no spaces, no URL parts)
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
+
+
+def parse_replica_peer(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[IPv6]:PORT`` to (host, port): a bracketed host must be an IPv6
+    address (kept in its compressed form so two spellings of one address compare equal), a
+    bare host a name or IPv4 address (lower-cased: names are case-insensitive)."""
+    try:
+        host, port_text = split_host_port(address)
+    except ValueError as exc:
+        reason = str(exc).removeprefix(f"address {address}: ")
+        raise ReplicaOptionError(_bad_peer(address, reason)) from None
+    if address.startswith("["):
+        host = _ipv6_host(address, host)
+    elif not _HOST_NAME.fullmatch(host):
+        raise ReplicaOptionError(_bad_peer(address, "missing host" if not host else "bad host"))
+    if not (port_text.isdigit() and 1 <= int(port_text) <= 65535):
+        raise ReplicaOptionError(_bad_peer(address, "port must be [1,65535]"))
+    return host.lower(), int(port_text)
+
+
+def _ipv6_host(address: str, host: str) -> str:
+    try:
+        parsed = ipaddress.ip_address(host)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, ipaddress.IPv6Address):
+        raise ReplicaOptionError(_bad_peer(address, "not an IPv6 address in brackets"))
+    return str(parsed)
+
+
+def _bad_peer(address: str, reason: str) -> str:
+    return f'--replica-peer must be HOST:PORT or [IPv6]:PORT, not "{address}" ({reason})'
+
+
+def _repeated_peer(address: str, earlier: str) -> str:
+    if address == earlier:
+        return f'--replica-peer "{address}" is given more than once'
+    return f'--replica-peer "{address}" is the same peer as "{earlier}"'
+
+
+def validate_replica_options(opts: Options) -> list[tuple[str, int]]:
+    """Start-up checks of the --replica-* options; the peers as (host, port), in the order
+    given. Raises ReplicaOptionError. Without --replica-peer the defaults pass unchanged."""
+    given: dict[tuple[str, int], str] = {}  # peer -> its address as first written
+    for address in opts.replica_peers:
+        peer = parse_replica_peer(address)
+        if peer in given:
+            raise ReplicaOptionError(_repeated_peer(address, given[peer]))
+        given[peer] = address
+    peers = list(given)
+    most = 1 + len(peers)
+    if opts.replica_acks < 1 or (peers and opts.replica_acks > most):
+        bound = f"[1,{most}] (this node and its --replica-peer)" if peers else "at least 1"
+        raise ReplicaOptionError(f"--replica-acks must be {bound}")
+    if opts.replica_timeout <= 0:
+        raise ReplicaOptionError("--replica-timeout must be greater than 0")
+    return peers

@@ -14,7 +14,7 @@ from ..internal.daemon import Service, StopSignals
 from ..internal.flags import run_command
 from .beyond.drain import drain
 from .nsqd import NSQD, NSQDError
-from .options import Options, ReplicaOptionError, validate_replica_options
+from .options import Options
 
 
 def install_event_loop_policy() -> None:
@@ -48,13 +48,6 @@ async def drain_on_sigterm(nsqd: Service, signals: StopSignals) -> None:
         await drain(nsqd, opts.drain_timeout, interrupt=signals.stopping)
 
 
-def build_nsqd(opts: Options, logger: lg.Logger) -> NSQD:
-    """The nsqd to serve, once the --replica-* options pass their checks (a bad one is fatal
-    before anything listens, worded as the checks NSQD makes itself)."""
-    validate_replica_options(opts)
-    return NSQD(opts, logger)
-
-
 def start(opts: Options) -> int:
     install_event_loop_policy()
     tune_garbage_collector()
@@ -62,8 +55,7 @@ def start(opts: Options) -> int:
     serving = daemon.serve(
         "nsqd",
         logger,
-        lambda: build_nsqd(opts, logger),
-        (ReplicaOptionError,),
+        lambda: NSQD(opts, logger),
         start_errors=(NSQDError,),
         before_stop=drain_on_sigterm,
     )

@@ -35,7 +35,7 @@ from .client_v2 import ClientV2
 from .diskqueue import DiskQueue
 from .identify import apply_identify, negotiate
 from .lookup import LookupPeers, nsqd_identity
-from .options import HOSTNAME, Options
+from .options import HOSTNAME, Options, validate_replica_options
 from .persistence import Persistence
 from .protocol_v2 import ProtocolV2
 from .stats import E2EStream
@@ -134,6 +134,7 @@ class NSQD:
                 raise ValueError(f"invalid E2E processing latency percentile: {pct:g}")
         validate_beyond_options(opts)  # nsqpy additions (docs/beyond-go.md)
         validate_queue_options(opts)
+        validate_replica_options(opts)
 
     def setup_tls(self) -> None:
         """Build the TLS server context from --tls-cert/--tls-key and the client policy."""

@@ -1,0 +1,752 @@
+"""The peer's store: what one owner incarnation streamed that is not finished yet, on disk.
+
+docs/replication.md ("The peer's store", "Takeover") is the design. The store appends each
+event batch the owner sends to a log, applies it to an index in memory (per topic and channel,
+the unfinished message IDs with their attempts and deferral), and lists the index for a
+takeover. Opening a store replays its log; a record a crash cut short ends the replay.
+
+One file per owner incarnation, ``<owner>+<incarnation>.replica`` (both percent-quoted):
+
+    header   b"NSQR1LOG" | BE32 n | n bytes of JSON {"owner", "incarnation", "base_seq"}
+    records  BE32 size | BE32 crc32 | BE64 seq | encode_events(batch)
+
+``size`` counts what follows it; the CRC covers the sequence number and the events. A record's
+events are numbered ``seq``, ``seq + 1``, ...; numbered records follow one another without gap
+from ``base_seq + 1``. Records with ``seq`` 0 come first and hold a compacted snapshot: the
+state after event ``base_seq``, written again as events (puts, attempts, deferrals, channel and
+topic state). Compaction writes a new file (snapshot only), fsyncs it, renames it over the log
+and fsyncs the directory, so a crash leaves either the old log or the new one.
+
+Deferrals are kept as due times by the injected (monotonic) clock. A replay cannot know how
+long the store was closed, so it counts each deferral again from the replay: a deferred
+message is never due earlier than the owner asked, and may be due later by the downtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+from urllib.parse import quote
+
+from ...internal.lg import Logger
+from ...protocol.replica import (
+    OP_CREATE,
+    OP_DELETE,
+    OP_EMPTY,
+    OP_PAUSE,
+    OP_UNPAUSE,
+    Attempts,
+    ChannelOp,
+    Defer,
+    Event,
+    Fanout,
+    Fin,
+    Put,
+    ReplicaProtocolError,
+    TopicOp,
+    decode_events,
+    encode_events,
+)
+
+MAGIC = b"NSQR1LOG"
+SUFFIX = ".replica"
+_HEADER_SIZE = struct.Struct(">I")
+_RECORD_HEAD = struct.Struct(">IIQ")  # size, crc32, seq
+_SEQ = struct.Struct(">Q")
+#: the part of a record's size that is not events: its CRC and sequence number
+_RECORD_FIXED = _RECORD_HEAD.size - 4
+#: sequence number of the records of a compacted snapshot
+SNAPSHOT_SEQ = 0
+#: a snapshot is written in records of at most this many events, so no one record (and no one
+#: encoded buffer) grows with the store
+SNAPSHOT_BATCH = 512
+#: a log smaller than this is never compacted: rewriting it would cost more than it frees
+DEFAULT_COMPACT_FLOOR = 1 << 20
+#: what a live message and a live copy cost in a compacted log beyond the body, roughly: the
+#: estimate only decides when compaction is worth it
+_MESSAGE_COST = 64
+_COPY_COST = 24
+
+LogFunc = Callable[[str, str], None]
+
+
+class ReplicaStoreError(Exception):
+    """The store's file is not a store of this owner incarnation, or the store is closed."""
+
+
+class SequenceGap(ValueError):
+    """Events were offered after a gap: the store cannot apply event ``seq`` before the ones
+    between its last and it."""
+
+
+# -- what a takeover puts into the local nsqd ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TakenMessage:
+    """One unfinished copy: ``defer`` is the remaining deferral in seconds (0: due now)."""
+
+    msg_id: bytes
+    timestamp: int
+    attempts: int
+    body: bytes
+    defer: float
+
+
+@dataclass(frozen=True, slots=True)
+class TakenChannel:
+    name: str
+    paused: bool
+    messages: tuple[TakenMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TakenTopic:
+    """A topic's channels and its topic-held messages (a Put not yet assigned to channels,
+    which goes to the local topic, not to a channel)."""
+
+    name: str
+    paused: bool
+    channels: dict[str, TakenChannel]
+    held: tuple[TakenMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    owner: str
+    incarnation: str
+    stored_seq: int
+    topics: dict[str, TakenTopic]
+
+
+# -- the index -----------------------------------------------------------------------------
+
+
+class _Message:
+    """A message with at least one unfinished copy; ``refs`` counts its channel copies plus one
+    while the topic holds it. ``due`` is a topic-held message's deferral (0.0: none)."""
+
+    __slots__ = ("attempts", "body", "due", "refs", "timestamp")
+
+    def __init__(self, timestamp: int, attempts: int, body: bytes, due: float) -> None:
+        self.timestamp = timestamp
+        self.attempts = attempts
+        self.body = body
+        self.due = due
+        self.refs = 0
+
+
+class _Channel:
+    """A channel's unfinished copies: ID -> attempts, and the deferred ones' due times."""
+
+    __slots__ = ("copies", "deferred", "paused")
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.copies: dict[bytes, int] = {}
+        self.deferred: dict[bytes, float] = {}
+
+
+class _Topic:
+    __slots__ = ("channels", "held", "messages", "paused")
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.messages: dict[bytes, _Message] = {}
+        #: IDs waiting in the topic for a Fanout (a dict for its order)
+        self.held: dict[bytes, None] = {}
+        self.channels: dict[str, _Channel] = {}
+
+
+def store_file_name(owner: str, incarnation: str) -> str:
+    # quote() escapes "+" and "/", so the name is one path component and the pair is unique
+    return f"{quote(owner, safe='')}+{quote(incarnation, safe='')}{SUFFIX}"
+
+
+def list_stores(directory: Path) -> list[tuple[str, str]]:
+    """(owner, incarnation) of every store in ``directory``, read from the files' headers;
+    a file whose header cannot be read is left out."""
+    found = []
+    for path in sorted(directory.glob(f"*{SUFFIX}")):
+        with contextlib.suppress(OSError, ReplicaStoreError), path.open("rb") as handle:
+            header = _read_header(handle)
+            found.append((header.owner, header.incarnation))
+    return found
+
+
+class ReplicaStore:
+    """The unfinished copies one owner incarnation streamed to this node, durably."""
+
+    __slots__ = (
+        "_applied_seq",
+        "_clock",
+        "_compact_floor",
+        "_compacted_size",
+        "_fd",
+        "_last_sync",
+        "_live_bytes",
+        "_log",
+        "_log_size",
+        "_stored_seq",
+        "_sync_every",
+        "_sync_timeout",
+        "_topics",
+        "_unsynced",
+        "compactions",
+        "incarnation",
+        "owner",
+        "path",
+    )
+
+    def __init__(
+        self,
+        directory: Path,
+        owner: str,
+        incarnation: str,
+        *,
+        sync_every: int,
+        sync_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+        logger: LogFunc | None = None,
+        compact_floor: int = DEFAULT_COMPACT_FLOOR,
+    ) -> None:
+        self.owner = owner
+        self.incarnation = incarnation
+        self.path = Path(directory) / store_file_name(owner, incarnation)
+        self._sync_every = max(1, sync_every)
+        self._sync_timeout = sync_timeout
+        self._clock = clock
+        self._log: LogFunc = logger if logger is not None else Logger("[nsqd] ")
+        self._compact_floor = compact_floor
+        self._topics: dict[str, _Topic] = {}
+        self._live_bytes = 0
+        self._applied_seq = 0
+        self._stored_seq = 0
+        self._unsynced = 0
+        self._last_sync = clock()
+        self._fd = -1
+        self._log_size = 0
+        self._compacted_size = 0
+        #: rewrites of the log since the store was opened
+        self.compactions = 0
+        self._open(Path(directory))
+
+    # -- public ------------------------------------------------------------------------
+
+    @property
+    def stored_seq(self) -> int:
+        """The last sequence number stored durably under the sync settings (0: none)."""
+        return self._stored_seq
+
+    @property
+    def applied_seq(self) -> int:
+        """The last sequence number applied (written, perhaps not yet fsynced)."""
+        return self._applied_seq
+
+    @property
+    def log_size(self) -> int:
+        return self._log_size
+
+    def apply(self, seq: int, events: Sequence[Event]) -> None:
+        """Append events ``seq``, ``seq + 1``, ... to the log and apply them. Events already
+        applied (a resend after a reconnect) are skipped; a gap raises :class:`SequenceGap`."""
+        self._check_open()
+        if seq < 1:
+            raise ValueError(f"sequence numbers start at 1, not {seq}")
+        already = self._applied_seq + 1 - seq
+        if already < 0:
+            raise SequenceGap(f"events from {seq} offered after {self._applied_seq}")
+        if already >= len(events):
+            return
+        if already:
+            events, seq = events[already:], seq + already
+        self._append(seq, events)
+        self._apply_events(events)
+        self._applied_seq = seq + len(events) - 1
+        self._unsynced += len(events)
+        if self._unsynced >= self._sync_every or self.sync_due():
+            self.sync()
+        self._maybe_compact()
+
+    def sync_due(self) -> bool:
+        """Whether events are unsynced and --sync-timeout has passed since the last fsync."""
+        return self._unsynced > 0 and self._clock() - self._last_sync >= self._sync_timeout
+
+    def sync(self) -> None:
+        self._check_open()
+        if self._unsynced:
+            os.fsync(self._fd)
+            self._unsynced = 0
+        self._stored_seq = self._applied_seq
+        self._last_sync = self._clock()
+
+    def live_count(self) -> int:
+        """Unfinished copies: one per channel holding a message, plus the topic-held ones."""
+        return sum(
+            len(topic.held) + sum(len(channel.copies) for channel in topic.channels.values())
+            for topic in self._topics.values()
+        )
+
+    def takeover(self) -> Takeover:
+        now = self._clock()
+        topics = {name: _taken_topic(name, topic, now) for name, topic in self._topics.items()}
+        return Takeover(self.owner, self.incarnation, self._stored_seq, topics)
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            self.sync()
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        """Close and remove the store's file (once its messages were taken over)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        _fsync_directory(self.path.parent)
+
+    # -- the log -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._fd < 0:
+            raise ReplicaStoreError(f"replica store {self.path.name} is closed")
+
+    def _open(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self._temp_path().unlink()  # a compaction a crash interrupted
+        if not self.path.exists():
+            self._rewrite(())
+            return
+        good_end = self._replay()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        if good_end < self.path.stat().st_size:
+            # drop the torn tail, so the next record follows the last good one
+            os.ftruncate(self._fd, good_end)
+        # what the replay read may still be only in the page cache of a crashed process
+        os.fsync(self._fd)
+        self._log_size = self._compacted_size = good_end
+        self._stored_seq = self._applied_seq
+
+    def _replay(self) -> int:
+        """Apply the log's records; the offset after the last good one."""
+        with self.path.open("rb") as handle:
+            header = _read_header(handle)
+            if (header.owner, header.incarnation) != (self.owner, self.incarnation):
+                raise ReplicaStoreError(f"{self.path.name} belongs to {header}")
+            self._applied_seq = header.base_seq
+            file_size = os.fstat(handle.fileno()).st_size
+            offset = handle.tell()
+            numbered = False
+            for seq, events, end in _records(handle, file_size, self._log):
+                if seq == SNAPSHOT_SEQ and numbered:
+                    self._log("ERROR", f"{self.path.name}: snapshot record at {offset}")
+                    break
+                if seq != SNAPSHOT_SEQ and seq != self._applied_seq + 1:
+                    self._log("ERROR", f"{self.path.name}: record {seq} at {offset} out of order")
+                    break
+                self._apply_events(events)
+                if seq != SNAPSHOT_SEQ:
+                    numbered = True
+                    self._applied_seq = seq + len(events) - 1
+                offset = end
+        return offset
+
+    def _append(self, seq: int, events: Sequence[Event]) -> None:
+        record = _record(seq, events)
+        try:
+            _write_all(self._fd, record)
+        except OSError:
+            # a short write (a full disk) must not leave a torn record for later ones to follow
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._log_size)
+            raise
+        self._log_size += len(record)
+
+    def _temp_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".tmp")
+
+    def _rewrite(self, snapshot: Sequence[Event]) -> None:
+        """Replace the log with a header and ``snapshot``: written to a temporary file,
+        fsynced, renamed over the log, the directory fsynced."""
+        temp = self._temp_path()
+        # O_APPEND: after a failed write is truncated away, the next one follows the good end
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        try:
+            size = _write_all(fd, _header(self.owner, self.incarnation, self._applied_seq))
+            for start in range(0, len(snapshot), SNAPSHOT_BATCH):
+                batch = snapshot[start : start + SNAPSHOT_BATCH]
+                size += _write_all(fd, _record(SNAPSHOT_SEQ, batch))
+            os.fsync(fd)
+            os.rename(temp, self.path)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise
+        # from the rename on, appends must go to the new file whatever fails next
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self._log_size = self._compacted_size = size
+        self._unsynced = 0
+        self._last_sync = self._clock()
+        _fsync_directory(self.path.parent)
+        self._stored_seq = self._applied_seq
+
+    def _maybe_compact(self) -> None:
+        # the finished part passed half: the log is over twice what is live (and over twice
+        # the last compaction's size, so an estimate that runs low cannot rewrite in a loop)
+        threshold = 2 * max(self._live_bytes, self._compacted_size)
+        if self._log_size <= self._compact_floor or self._log_size <= threshold:
+            return
+        try:
+            self._rewrite(list(self._snapshot()))
+            self.compactions += 1
+        except OSError as exc:
+            self._log("ERROR", f"{self.path.name}: compaction failed: {exc}")
+            self._compacted_size = self._log_size  # try again once the log has doubled
+
+    def _snapshot(self) -> Iterator[Event]:
+        """The index written as events which, applied to an empty store, rebuild it."""
+        now = self._clock()
+        for name, topic in self._topics.items():
+            yield TopicOp(name, OP_CREATE)
+            if topic.paused:
+                yield TopicOp(name, OP_PAUSE)
+            for channel_name, channel in topic.channels.items():
+                yield ChannelOp(name, channel_name, OP_CREATE)
+                if channel.paused:
+                    yield ChannelOp(name, channel_name, OP_PAUSE)
+            for msg_id, message in topic.messages.items():
+                yield from _message_events(name, topic, msg_id, message, now)
+
+    # -- the index ---------------------------------------------------------------------
+
+    def _apply_events(self, events: Sequence[Event]) -> None:
+        for event in events:
+            if isinstance(event, Put):
+                self._put(event)
+            elif isinstance(event, Fin):
+                self._fin(event)
+            elif isinstance(event, Fanout):
+                self._fanout(event)
+            elif isinstance(event, Attempts):
+                self._attempts(event)
+            elif isinstance(event, Defer):
+                self._defer(event)
+            elif isinstance(event, ChannelOp):
+                self._channel_op(event)
+            else:
+                self._topic_op(event)
+
+    def _topic(self, name: str) -> _Topic:
+        topic = self._topics.get(name)
+        if topic is None:
+            topic = self._topics[name] = _Topic()
+        return topic
+
+    def _channel(self, topic: _Topic, name: str) -> _Channel:
+        channel = topic.channels.get(name)
+        if channel is None:
+            channel = topic.channels[name] = _Channel()
+        return channel
+
+    def _due(self, defer_ms: int) -> float:
+        return self._clock() + defer_ms / 1000 if defer_ms > 0 else 0.0
+
+    def _put(self, event: Put) -> None:
+        topic = self._topic(event.topic)
+        message = topic.messages.get(event.msg_id)
+        if message is None:
+            message = _Message(event.timestamp, event.attempts, event.body, 0.0)
+            topic.messages[event.msg_id] = message
+            self._live_bytes += len(event.body) + _MESSAGE_COST
+        else:  # the same message put again: keep the higher attempts
+            message.attempts = max(message.attempts, event.attempts)
+        due = self._due(event.defer_ms)
+        if event.channels is None:
+            message.due = due
+            if event.msg_id not in topic.held:
+                topic.held[event.msg_id] = None
+                message.refs += 1
+        else:
+            for name in event.channels:
+                self._add_copy(topic, name, event.msg_id, message, due)
+        if message.refs == 0:  # put to no channel at all: nothing to keep
+            self._forget(topic, event.msg_id)
+
+    def _add_copy(
+        self, topic: _Topic, name: str, msg_id: bytes, message: _Message, due: float
+    ) -> None:
+        channel = self._channel(topic, name)
+        attempts = channel.copies.get(msg_id)
+        if attempts is None:
+            message.refs += 1
+            self._live_bytes += _COPY_COST
+            channel.copies[msg_id] = message.attempts
+        elif message.attempts > attempts:
+            channel.copies[msg_id] = message.attempts
+        if due:
+            channel.deferred[msg_id] = due
+
+    def _release(self, topic: _Topic, msg_id: bytes) -> None:
+        """One copy of the message (a channel's, or the topic's hold) is done with."""
+        message = topic.messages[msg_id]
+        message.refs -= 1
+        if message.refs == 0:
+            self._forget(topic, msg_id)
+
+    def _forget(self, topic: _Topic, msg_id: bytes) -> None:
+        message = topic.messages.pop(msg_id)
+        self._live_bytes -= len(message.body) + _MESSAGE_COST
+
+    def _fanout(self, event: Fanout) -> None:
+        topic = self._topics.get(event.topic)
+        if topic is None:
+            return
+        for msg_id in event.ids:
+            if msg_id not in topic.held:
+                continue  # unknown, finished, or assigned already
+            del topic.held[msg_id]
+            message = topic.messages[msg_id]
+            for name in event.channels:
+                self._add_copy(topic, name, msg_id, message, message.due)
+            message.due = 0.0
+            self._release(topic, msg_id)
+
+    def _fin(self, event: Fin) -> None:
+        topic = self._topics.get(event.topic)
+        channel = topic.channels.get(event.channel) if topic is not None else None
+        if topic is None or channel is None:
+            return
+        for msg_id in event.ids:
+            self._drop_copy(topic, channel, msg_id)
+
+    def _drop_copy(self, topic: _Topic, channel: _Channel, msg_id: bytes) -> None:
+        if channel.copies.pop(msg_id, None) is None:
+            return
+        channel.deferred.pop(msg_id, None)
+        self._live_bytes -= _COPY_COST
+        self._release(topic, msg_id)
+
+    def _copy_of(self, topic_name: str, channel_name: str, msg_id: bytes) -> _Channel | None:
+        """The channel that holds a copy of the message, if any."""
+        topic = self._topics.get(topic_name)
+        channel = topic.channels.get(channel_name) if topic is not None else None
+        return channel if channel is not None and msg_id in channel.copies else None
+
+    def _attempts(self, event: Attempts) -> None:
+        channel = self._copy_of(event.topic, event.channel, event.msg_id)
+        if channel is not None and event.attempts > channel.copies[event.msg_id]:
+            channel.copies[event.msg_id] = event.attempts
+
+    def _defer(self, event: Defer) -> None:
+        channel = self._copy_of(event.topic, event.channel, event.msg_id)
+        if channel is None:
+            return
+        if event.remaining_ms > 0:
+            channel.deferred[event.msg_id] = self._due(event.remaining_ms)
+        else:
+            channel.deferred.pop(event.msg_id, None)
+
+    def _channel_op(self, event: ChannelOp) -> None:
+        if event.op in (OP_EMPTY, OP_DELETE):
+            topic = self._topics.get(event.topic)
+            channel = topic.channels.get(event.channel) if topic is not None else None
+            if topic is None or channel is None:
+                return
+            for msg_id in list(channel.copies):
+                self._drop_copy(topic, channel, msg_id)
+            if event.op == OP_DELETE:
+                del topic.channels[event.channel]
+            return
+        # create, pause, unpause: the owner has the channel, so this node records it
+        channel = self._channel(self._topic(event.topic), event.channel)
+        if event.op in (OP_PAUSE, OP_UNPAUSE):
+            channel.paused = event.op == OP_PAUSE
+
+    def _drop_held(self, topic: _Topic) -> None:
+        for msg_id in list(topic.held):
+            del topic.held[msg_id]
+            self._release(topic, msg_id)
+
+    def _topic_op(self, event: TopicOp) -> None:
+        if event.op == OP_DELETE:
+            topic = self._topics.get(event.topic)
+            if topic is not None:
+                for channel in topic.channels.values():
+                    for msg_id in list(channel.copies):
+                        self._drop_copy(topic, channel, msg_id)
+                self._drop_held(topic)
+                del self._topics[event.topic]
+            return
+        if event.op == OP_EMPTY:
+            # Go's topic.Empty(): the topic's own queue only; the channels keep their copies
+            topic = self._topics.get(event.topic)
+            if topic is not None:
+                self._drop_held(topic)
+            return
+        topic = self._topic(event.topic)
+        if event.op in (OP_PAUSE, OP_UNPAUSE):
+            topic.paused = event.op == OP_PAUSE
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def _remaining(due: float, now: float) -> float:
+    return max(0.0, due - now) if due else 0.0
+
+
+def _remaining_ms(due: float, now: float) -> int:
+    # rounded up: a rewritten deferral never ends earlier than the one it stands for
+    return math.ceil(_remaining(due, now) * 1000)
+
+
+def _taken(msg_id: bytes, message: _Message, attempts: int, defer: float) -> TakenMessage:
+    return TakenMessage(msg_id, message.timestamp, attempts, message.body, defer)
+
+
+def _taken_topic(name: str, topic: _Topic, now: float) -> TakenTopic:
+    """The topic's copies in the order the owner put the messages (oldest first), which a
+    compacted log keeps, so a takeover lists the same before and after a rewrite."""
+    channels = {}
+    for channel_name, channel in topic.channels.items():
+        copies, deferred = channel.copies, channel.deferred
+        messages = tuple(
+            _taken(msg_id, message, copies[msg_id], _remaining(deferred.get(msg_id, 0.0), now))
+            for msg_id, message in topic.messages.items()
+            if msg_id in copies
+        )
+        channels[channel_name] = TakenChannel(channel_name, channel.paused, messages)
+    held = tuple(
+        _taken(msg_id, message, message.attempts, _remaining(message.due, now))
+        for msg_id, message in topic.messages.items()
+        if msg_id in topic.held
+    )
+    return TakenTopic(name, topic.paused, channels, held)
+
+
+def _message_events(
+    name: str, topic: _Topic, msg_id: bytes, message: _Message, now: float
+) -> Iterator[Event]:
+    """One live message as events: its topic hold, its channel copies, their attempts above
+    the message's own and their deferrals."""
+    if msg_id in topic.held:
+        defer_ms = _remaining_ms(message.due, now)
+        yield Put(name, msg_id, message.timestamp, message.attempts, message.body, None, defer_ms)
+    holders = [
+        (channel_name, channel)
+        for channel_name, channel in topic.channels.items()
+        if msg_id in channel.copies
+    ]
+    if not holders:
+        return
+    names = tuple(channel_name for channel_name, _ in holders)
+    yield Put(name, msg_id, message.timestamp, message.attempts, message.body, names)
+    for channel_name, channel in holders:
+        attempts = channel.copies[msg_id]
+        if attempts > message.attempts:
+            yield Attempts(name, channel_name, msg_id, attempts)
+        defer_ms = _remaining_ms(channel.deferred.get(msg_id, 0.0), now)
+        if defer_ms:
+            yield Defer(name, channel_name, msg_id, defer_ms)
+
+
+def _header(owner: str, incarnation: str, base_seq: int) -> bytes:
+    body = json.dumps(
+        {"owner": owner, "incarnation": incarnation, "base_seq": base_seq},
+        separators=(",", ":"),
+    ).encode()
+    return MAGIC + _HEADER_SIZE.pack(len(body)) + body
+
+
+class _Header(NamedTuple):
+    owner: str
+    incarnation: str
+    base_seq: int
+
+
+def _read_header(handle: BinaryIO) -> _Header:
+    # the header is written with the file, atomically: a bad one is not a torn write
+    head = handle.read(len(MAGIC) + _HEADER_SIZE.size)
+    if len(head) < len(MAGIC) + _HEADER_SIZE.size or not head.startswith(MAGIC):
+        raise ReplicaStoreError("not a replica store (bad magic)")
+    (size,) = _HEADER_SIZE.unpack_from(head, len(MAGIC))
+    try:
+        header = json.loads(handle.read(size))
+        owner, incarnation, base_seq = header["owner"], header["incarnation"], header["base_seq"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReplicaStoreError(f"bad replica store header: {exc}") from None
+    if not isinstance(owner, str) or not isinstance(incarnation, str):
+        raise ReplicaStoreError("bad replica store header")
+    if not isinstance(base_seq, int) or base_seq < 0:
+        raise ReplicaStoreError("bad replica store header")
+    return _Header(owner, incarnation, base_seq)
+
+
+def _record(seq: int, events: Sequence[Event]) -> bytes:
+    payload = encode_events(events)
+    crc = zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq)))
+    return _RECORD_HEAD.pack(len(payload) + _RECORD_FIXED, crc, seq) + payload
+
+
+def _records(
+    handle: BinaryIO, file_size: int, log: LogFunc
+) -> Iterator[tuple[int, list[Event], int]]:
+    """(seq, events, end offset) of each good record from the handle's position; stops (and
+    logs) at the first record that is cut short or does not check."""
+    offset = handle.tell()
+    name = os.path.basename(str(getattr(handle, "name", "")))
+    while offset < file_size:
+        head = handle.read(_RECORD_HEAD.size)
+        if len(head) < _RECORD_HEAD.size:
+            log("WARN", f"{name}: ignoring a record cut short at {offset}")
+            return
+        size, crc, seq = _RECORD_HEAD.unpack(head)
+        end = offset + 4 + size
+        if size < _RECORD_FIXED or end > file_size:
+            log("WARN", f"{name}: ignoring a record cut short at {offset}")
+            return
+        payload = handle.read(size - _RECORD_FIXED)
+        if zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq))) != crc:
+            log("WARN", f"{name}: ignoring a record that fails its checksum at {offset}")
+            return
+        try:
+            events = decode_events(payload)
+        except ReplicaProtocolError as exc:
+            log("ERROR", f"{name}: ignoring an undecodable record at {offset}: {exc}")
+            return
+        yield seq, events, end
+        offset = end
+
+
+def _write_all(fd: int, data: bytes) -> int:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    return len(data)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename or an unlink in ``directory`` survive a power loss."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

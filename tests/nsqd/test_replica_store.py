@@ -1,0 +1,506 @@
+"""The peer's store of one owner incarnation (nsqpy.nsqd.replica.store), in process: what each
+event does to the unfinished copies, sequence numbers, the sync settings, replay after a close,
+a drop and a SIGKILL, a torn last record, and compaction keeping the log bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nsqpy.internal.lg import Logger
+from nsqpy.nsqd.replica.store import (
+    DEFAULT_COMPACT_FLOOR,
+    ReplicaStore,
+    SequenceGap,
+    TakenMessage,
+    Takeover,
+    list_stores,
+)
+from nsqpy.protocol.replica import (
+    Attempts,
+    ChannelOp,
+    Defer,
+    Event,
+    Fanout,
+    Fin,
+    Put,
+    TopicOp,
+)
+
+OWNER = "127.0.0.1:4150"
+INCARNATION = "a1b2c3"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def mid(n: int) -> bytes:
+    return b"%016x" % n
+
+
+def put(n: int, channels: tuple[str, ...] | None = ("a",), topic: str = "t", **kw: int) -> Put:
+    return Put(topic, mid(n), 1_700_000_000_000_000_000 + n, kw.get("attempts", 1),
+               b"body-%d" % n, channels, kw.get("defer_ms", 0))  # fmt: skip
+
+
+class Feeder:
+    """A store and the next sequence number, so tests read as the events they send."""
+
+    def __init__(self, store: ReplicaStore) -> None:
+        self.store = store
+        self.seq = store.applied_seq + 1
+
+    def send(self, *events: Event) -> None:
+        self.store.apply(self.seq, events)
+        self.seq += len(events)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def quiet() -> Iterator[Logger]:
+    with open(os.devnull, "w") as devnull:
+        yield Logger("[test] ", stream=devnull)
+
+
+def open_store(
+    directory: Path,
+    clock: FakeClock,
+    sync_every: int = 1,
+    logger: Logger | None = None,
+    compact_floor: int = DEFAULT_COMPACT_FLOOR,
+) -> ReplicaStore:
+    return ReplicaStore(
+        directory,
+        OWNER,
+        INCARNATION,
+        sync_every=sync_every,
+        sync_timeout=2.0,
+        clock=clock,
+        logger=logger,
+        compact_floor=compact_floor,
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[ReplicaStore]:
+    opened = open_store(tmp_path, clock)
+    yield opened
+    opened.close()
+
+
+def ids_on(takeover: Takeover, channel: str, topic: str = "t") -> list[bytes]:
+    return [m.msg_id for m in takeover.topics[topic].channels[channel].messages]
+
+
+def held_ids(takeover: Takeover, topic: str = "t") -> list[bytes]:
+    return [m.msg_id for m in takeover.topics[topic].held]
+
+
+def copy_on(takeover: Takeover, channel: str, n: int, topic: str = "t") -> TakenMessage:
+    (found,) = [m for m in takeover.topics[topic].channels[channel].messages if m.msg_id == mid(n)]
+    return found
+
+
+# -- what each event does ------------------------------------------------------------------
+
+
+def test_put_with_channels_makes_a_copy_per_named_channel(store: ReplicaStore) -> None:
+    Feeder(store).send(put(1, ("a", "b")), put(2, ("b",)))
+    taken = store.takeover()
+    assert ids_on(taken, "a") == [mid(1)]
+    assert ids_on(taken, "b") == [mid(1), mid(2)]
+    assert held_ids(taken) == []
+    assert store.live_count() == 3
+    copy = copy_on(taken, "a", 1)
+    assert (copy.body, copy.timestamp, copy.attempts, copy.defer) == (
+        b"body-1",
+        1_700_000_000_000_000_001,
+        1,
+        0.0,
+    )
+
+
+def test_topic_held_put_waits_for_a_fanout(store: ReplicaStore) -> None:
+    feed = Feeder(store)
+    feed.send(put(1, None), put(2, None))
+    taken = store.takeover()
+    assert held_ids(taken) == [mid(1), mid(2)]
+    assert taken.topics["t"].channels == {}
+    assert store.live_count() == 2
+
+    feed.send(Fanout("t", ("a", "b"), (mid(1),)))
+    taken = store.takeover()
+    assert held_ids(taken) == [mid(2)]
+    assert ids_on(taken, "a") == ids_on(taken, "b") == [mid(1)]
+    assert store.live_count() == 3
+
+
+def test_fanout_of_an_unknown_finished_or_assigned_id_is_ignored(store: ReplicaStore) -> None:
+    feed = Feeder(store)
+    feed.send(put(1, None), Fanout("t", ("a",), (mid(1),)), Fin("t", "a", (mid(1),)))
+    assert store.live_count() == 0
+    feed.send(
+        Fanout("t", ("a",), (mid(1),)),  # finished
+        Fanout("t", ("a",), (mid(9),)),  # never put
+        Fanout("nope", ("a",), (mid(1),)),  # no such topic
+        put(2, ("a",)),
+        Fanout("t", ("b",), (mid(2),)),  # on a channel already, not held by the topic
+    )
+    taken = store.takeover()
+    assert ids_on(taken, "a") == [mid(2)]
+    assert "b" not in taken.topics["t"].channels
+    assert "nope" not in taken.topics
+    assert store.live_count() == 1
+
+
+def test_fin_drops_the_copy_on_that_channel_and_the_message_with_its_last(
+    store: ReplicaStore,
+) -> None:
+    feed = Feeder(store)
+    feed.send(put(1, ("a", "b")), put(2, None))
+    feed.send(Fin("t", "a", (mid(1),)), Fin("t", "a", (mid(2),)))  # mid(2) is not on "a"
+    taken = store.takeover()
+    assert ids_on(taken, "a") == []
+    assert ids_on(taken, "b") == [mid(1)]
+    assert held_ids(taken) == [mid(2)]  # a FIN on a channel leaves the topic's hold alone
+    feed.send(Fin("t", "b", (mid(1),)), Fin("t", "b", (mid(1),)), Fin("x", "b", (mid(1),)))
+    taken = store.takeover()
+    assert ids_on(taken, "b") == []
+    assert store.live_count() == 1
+    # the message is gone, not only its copies: a later Fanout cannot bring it back
+    feed.send(Fanout("t", ("a",), (mid(1),)))
+    assert ids_on(store.takeover(), "a") == []
+
+
+def test_attempts_raises_and_never_lowers(store: ReplicaStore) -> None:
+    feed = Feeder(store)
+    feed.send(put(1, ("a", "b"), attempts=2))
+    feed.send(Attempts("t", "a", mid(1), 5), Attempts("t", "a", mid(1), 3))
+    feed.send(Attempts("t", "b", mid(1), 1))  # below the put's own count
+    feed.send(Attempts("t", "c", mid(1), 9), Attempts("t", "a", mid(7), 9))  # no such copy
+    taken = store.takeover()
+    assert copy_on(taken, "a", 1).attempts == 5
+    assert copy_on(taken, "b", 1).attempts == 2
+    assert "c" not in taken.topics["t"].channels
+
+
+def test_defer_sets_the_due_time_and_the_takeover_gives_what_remains(
+    store: ReplicaStore, clock: FakeClock
+) -> None:
+    feed = Feeder(store)
+    feed.send(put(1, ("a", "b")), put(2, ("a",), defer_ms=4000), put(3, None, defer_ms=6000))
+    feed.send(Defer("t", "a", mid(1), 10_000))
+    clock.now += 3.0
+    taken = store.takeover()
+    assert copy_on(taken, "a", 1).defer == pytest.approx(7.0)
+    assert copy_on(taken, "b", 1).defer == 0.0  # deferred on "a" only
+    assert copy_on(taken, "a", 2).defer == pytest.approx(1.0)
+    assert taken.topics["t"].held[0].defer == pytest.approx(3.0)
+    # a topic-held DPUB keeps its due time through the Fanout
+    feed.send(Fanout("t", ("a",), (mid(3),)))
+    clock.now += 2.0
+    taken = store.takeover()
+    assert copy_on(taken, "a", 3).defer == pytest.approx(1.0)
+    assert copy_on(taken, "a", 2).defer == 0.0  # past due
+    feed.send(Defer("t", "a", mid(1), 0))  # a REQ without delay ends the deferral
+    assert copy_on(store.takeover(), "a", 1).defer == 0.0
+
+
+def test_channel_ops(store: ReplicaStore) -> None:
+    feed = Feeder(store)
+    feed.send(ChannelOp("t", "idle", "create"), ChannelOp("t", "p", "pause"))
+    feed.send(put(1, ("a", "b", "p")), put(2, ("a", "b")), put(3, None))
+    feed.send(ChannelOp("t", "a", "empty"), ChannelOp("t", "b", "delete"))
+    taken = store.takeover()
+    channels = taken.topics["t"].channels
+    assert sorted(channels) == ["a", "idle", "p"]  # emptied "a" stays, deleted "b" is gone
+    assert ids_on(taken, "a") == [] and ids_on(taken, "idle") == []
+    assert ids_on(taken, "p") == [mid(1)]
+    assert channels["p"].paused and not channels["a"].paused
+    assert held_ids(taken) == [mid(3)]
+    assert store.live_count() == 2  # mid(2) had copies on a and b only: gone
+    feed.send(ChannelOp("t", "p", "unpause"), ChannelOp("t", "gone", "delete"))
+    assert not store.takeover().topics["t"].channels["p"].paused
+
+
+def test_topic_empty_drops_the_topic_held_copies_only(store: ReplicaStore) -> None:
+    # Go's topic.Empty() empties the topic's own queue; the channels keep their messages, so
+    # the owner still delivers them and this node must keep their copies
+    feed = Feeder(store)
+    feed.send(put(1, ("a",)), put(2, None), put(3, None, topic="u"))
+    feed.send(TopicOp("t", "empty"))
+    taken = store.takeover()
+    assert held_ids(taken) == []
+    assert ids_on(taken, "a") == [mid(1)]
+    assert held_ids(taken, "u") == [mid(3)]
+    assert store.live_count() == 2
+
+
+def test_topic_delete_drops_everything_of_the_topic(store: ReplicaStore) -> None:
+    feed = Feeder(store)
+    feed.send(TopicOp("t", "pause"), ChannelOp("t", "x", "create"))
+    feed.send(put(1, ("a",)), put(2, None), put(3, ("a",), topic="u"))
+    assert store.takeover().topics["t"].paused
+    feed.send(TopicOp("t", "delete"))
+    taken = store.takeover()
+    assert list(taken.topics) == ["u"]
+    assert store.live_count() == 1
+    feed.send(TopicOp("t", "create"))
+    taken = store.takeover()
+    assert taken.topics["t"].channels == {} and not taken.topics["t"].paused
+
+
+# -- sequence numbers and syncs ------------------------------------------------------------
+
+
+def test_a_resend_is_skipped_and_a_gap_raises(store: ReplicaStore) -> None:
+    store.apply(1, [put(1), put(2)])
+    store.apply(1, [put(1), put(2)])  # all seen
+    store.apply(2, [put(2), put(3)])  # overlaps: only event 3 is new
+    assert store.applied_seq == 3
+    store.apply(2, [Fin("t", "a", (mid(2),))])  # seq 2 is applied already: not this FIN
+    assert ids_on(store.takeover(), "a") == [mid(1), mid(2), mid(3)]
+    with pytest.raises(SequenceGap):
+        store.apply(5, [put(5)])
+    assert store.applied_seq == 3
+    store.apply(4, [put(4)])
+    assert store.stored_seq == 4
+
+
+def test_sync_every_one_stores_before_apply_returns(tmp_path: Path, clock: FakeClock) -> None:
+    store = open_store(tmp_path, clock, sync_every=1)
+    store.apply(1, [put(1)])
+    assert store.stored_seq == 1
+    store.close()
+
+
+def test_sync_every_n_and_the_sync_timeout(tmp_path: Path, clock: FakeClock) -> None:
+    store = open_store(tmp_path, clock, sync_every=3)
+    store.apply(1, [put(1), put(2)])
+    assert (store.applied_seq, store.stored_seq, store.sync_due()) == (2, 0, False)
+    store.apply(3, [put(3)])  # the third event since the last fsync
+    assert store.stored_seq == 3
+    store.apply(4, [put(4)])
+    assert store.stored_seq == 3 and not store.sync_due()
+    clock.now += 2.0  # --sync-timeout
+    assert store.sync_due()
+    store.sync()
+    assert store.stored_seq == 4 and not store.sync_due()
+    clock.now += 5.0
+    assert not store.sync_due()  # nothing unsynced
+    store.close()
+
+
+# -- durability ----------------------------------------------------------------------------
+
+
+def rich_history(feed: Feeder) -> None:
+    """Events touching every part of the index."""
+    feed.send(TopicOp("t", "create"), ChannelOp("t", "idle", "create"), TopicOp("u", "pause"))
+    feed.send(ChannelOp("t", "p", "pause"), put(1, ("a", "b", "p"), defer_ms=5000))
+    feed.send(put(2, None, defer_ms=3000), put(3, None), put(4, ("a",), attempts=3))
+    feed.send(Fanout("t", ("a", "b"), (mid(3),)), Attempts("t", "b", mid(1), 7))
+    feed.send(Defer("t", "a", mid(4), 9000), Fin("t", "a", (mid(1),)), put(5, ("x",), topic="u"))
+    feed.send(put(6, ("a",)), ChannelOp("t", "gone", "create"), ChannelOp("t", "gone", "delete"))
+
+
+def test_close_and_reopen_give_the_same_takeover(tmp_path: Path, clock: FakeClock) -> None:
+    store = open_store(tmp_path, clock, sync_every=100)
+    rich_history(Feeder(store))
+    before = store.takeover()
+    store.close()  # close fsyncs what is pending
+    assert before.stored_seq == 0 and store.stored_seq == store.applied_seq
+    reopened = open_store(tmp_path, clock, sync_every=100)
+    after = reopened.takeover()
+    assert after.topics == before.topics
+    assert after.stored_seq == store.applied_seq == reopened.applied_seq
+    # it goes on from there
+    Feeder(reopened).send(Fin("t", "a", (mid(6),)))
+    assert mid(6) not in ids_on(reopened.takeover(), "a")
+    reopened.close()
+
+
+def test_a_store_dropped_without_close_replays(tmp_path: Path, clock: FakeClock) -> None:
+    store = open_store(tmp_path, clock)
+    rich_history(Feeder(store))
+    before = store.takeover()
+    del store  # no close: as a process that died
+    second = open_store(tmp_path, clock)
+    assert second.takeover() == before
+    assert second.stored_seq == before.stored_seq
+    second.close()
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from nsqpy.nsqd.replica.store import ReplicaStore
+    from nsqpy.protocol.replica import Fin, Put
+    store = ReplicaStore(Path(sys.argv[1]), sys.argv[2], sys.argv[3], sync_every=1,
+                         sync_timeout=2.0)
+    seq = 1
+    for n in range(1, 1_000_000):
+        msg_id = b"%016x" % n
+        events = [Put("t", msg_id, n, 1, b"x" * 100, ("a",))]
+        if n % 2 == 0:
+            events.append(Fin("t", "a", (msg_id,)))
+        store.apply(seq, events)
+        seq += len(events)
+        print(store.stored_seq, flush=True)
+    """
+)
+
+
+def test_a_sigkilled_writer_loses_nothing_it_reported_stored(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(tmp_path), OWNER, INCARNATION],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        reported = 0
+        deadline = time.monotonic() + 30
+        while reported < 300 and time.monotonic() < deadline:
+            line = child.stdout.readline()
+            if not line:
+                break
+            reported = int(line)
+        assert reported >= 300, "the writer did not get going"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    store = open_store(tmp_path, clock)
+    assert store.stored_seq >= reported
+    # every odd message is unfinished (each even one is finished in its own batch), and each
+    # message up to the stored sequence number is in
+    live = ids_on(store.takeover(), "a")
+    assert live == [mid(n) for n in range(1, 2 * len(live), 2)]
+    assert len(live) >= reported // 3
+    store.apply(store.applied_seq + 1, [put(10**9, ("a",))])  # it appends after the kill
+    store.close()
+
+
+def test_a_torn_last_record_is_ignored(tmp_path: Path, clock: FakeClock, quiet: Logger) -> None:
+    store = open_store(tmp_path, clock)
+    feed = Feeder(store)
+    feed.send(put(1), put(2))
+    before = store.takeover()
+    feed.send(put(3))
+    store.close()
+    size = store.path.stat().st_size
+    os.truncate(store.path, size - 5)  # the last record cut short
+    torn = open_store(tmp_path, clock, logger=quiet)
+    assert torn.takeover() == before
+    assert torn.stored_seq == 2
+    # the next record follows the last good one: seq 3 again, and it survives a reopen
+    torn.apply(3, [put(33)])
+    torn.close()
+    again = open_store(tmp_path, clock, logger=quiet)
+    assert ids_on(again.takeover(), "a") == [mid(1), mid(2), mid(33)]
+    assert again.stored_seq == 3
+    again.close()
+
+
+@pytest.mark.parametrize("tail", [b"\x00" * 40, b"\x00\x00\x00\x10garbage-garbage-", b"\x01"])
+def test_garbage_after_the_last_record_is_ignored(
+    tmp_path: Path, clock: FakeClock, quiet: Logger, tail: bytes
+) -> None:
+    store = open_store(tmp_path, clock)
+    Feeder(store).send(put(1), put(2))
+    before = store.takeover()
+    store.close()
+    good_size = store.path.stat().st_size
+    with store.path.open("ab") as handle:
+        handle.write(tail)  # zeros a crash left, or a record whose checksum fails
+    reopened = open_store(tmp_path, clock, logger=quiet)
+    assert reopened.takeover() == before
+    assert reopened.path.stat().st_size == good_size == reopened.log_size  # the tail is cut
+    reopened.close()
+
+
+# -- compaction, files ---------------------------------------------------------------------
+
+
+def test_compaction_keeps_the_log_bounded_under_publish_and_finish(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    floor = 64 * 1024
+    store = open_store(tmp_path, clock, sync_every=50, compact_floor=floor)
+    feed = Feeder(store)
+    body = b"y" * 200
+    largest = 0
+    for n in range(20_000):
+        feed.send(Put("t", mid(n), n, 1, body, ("a", "b")))
+        if n >= 10:  # ten messages stay unfinished on "a" throughout
+            feed.send(Fin("t", "a", (mid(n - 10),)), Fin("t", "b", (mid(n),)))
+        else:
+            feed.send(Fin("t", "b", (mid(n),)))
+        largest = max(largest, sum(path.stat().st_size for path in tmp_path.iterdir()))
+    # without compaction this would be ~10 MB
+    assert largest <= 2 * floor + 4096
+    assert ids_on(store.takeover(), "a") == [mid(n) for n in range(19_990, 20_000)]
+    store.close()
+    reopened = open_store(tmp_path, clock, compact_floor=floor)
+    assert ids_on(reopened.takeover(), "a") == [mid(n) for n in range(19_990, 20_000)]
+    assert reopened.stored_seq == feed.seq - 1
+    reopened.close()
+
+
+def test_compaction_keeps_every_part_of_the_state(tmp_path: Path, clock: FakeClock) -> None:
+    store = open_store(tmp_path, clock, compact_floor=4096)
+    feed = Feeder(store)
+    rich_history(feed)
+    before = store.takeover()
+    # finished traffic on another topic until the log is rewritten
+    n = 0
+    while store.compactions == 0:
+        feed.send(put(1000 + n, ("z",), topic="w"), Fin("w", "z", (mid(1000 + n),)))
+        n += 1
+        assert n < 10_000, "never compacted"
+    assert store.log_size < 4096
+    after = store.takeover()
+    assert {name: after.topics[name] for name in before.topics} == before.topics
+    assert after.stored_seq == feed.seq - 1
+    store.close()
+    reopened = open_store(tmp_path, clock, compact_floor=4096)
+    assert reopened.takeover() == after
+    reopened.close()
+
+
+def test_stores_of_two_incarnations_are_apart_and_delete_removes_the_file(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    old = open_store(tmp_path, clock)
+    Feeder(old).send(put(1))
+    new = ReplicaStore(tmp_path, OWNER, "new+/.x", sync_every=1, sync_timeout=1.0, clock=clock)
+    Feeder(new).send(put(2))
+    assert sorted(list_stores(tmp_path)) == [(OWNER, INCARNATION), (OWNER, "new+/.x")]
+    assert ids_on(old.takeover(), "a") == [mid(1)]
+    old.delete()
+    assert list_stores(tmp_path) == [(OWNER, "new+/.x")]
+    assert not old.path.exists()
+    fresh = open_store(tmp_path, clock)  # the same incarnation again starts empty
+    assert fresh.live_count() == 0 and fresh.stored_seq == 0
+    fresh.close()
+    new.close()

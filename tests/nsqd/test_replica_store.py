@@ -439,6 +439,24 @@ def test_garbage_after_the_last_record_is_ignored(
     reopened.close()
 
 
+def test_a_last_record_that_fails_its_checksum_is_ignored(
+    tmp_path: Path, clock: FakeClock, quiet: Logger
+) -> None:
+    store = open_store(tmp_path, clock)
+    feed = Feeder(store)
+    feed.send(put(1))
+    before = store.takeover()
+    feed.send(put(2))
+    store.close()
+    data = bytearray(store.path.read_bytes())
+    at = data.rindex(b"body-2")
+    data[at + 3] ^= 0x01  # decodes fine as another body: only the checksum tells
+    store.path.write_bytes(bytes(data))
+    reopened = open_store(tmp_path, clock, logger=quiet)
+    assert reopened.takeover() == before
+    reopened.close()
+
+
 # -- compaction, files ---------------------------------------------------------------------
 
 

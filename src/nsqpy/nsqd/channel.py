@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.message import MESSAGE_FRAME_HEAD, MESSAGE_FRAME_OVERHEAD
 from ..protocol.names import is_ephemeral
+from ..protocol.replica import OP_PAUSE, OP_UNPAUSE
 from .backend import Backend
 from .beyond.channel_held import HeldDelivery
 from .errors import BackendWriteError
@@ -342,6 +343,7 @@ class Channel:
         sample_rate = client.sample_rate
         if sample_rate and random.randrange(100) > sample_rate:
             self._release(msg)
+            self._settled([msg.id])
             return
         msg_id = msg.id
         if msg_id in self.in_flight:
@@ -479,6 +481,8 @@ class Channel:
         msg = self._pop_in_flight(client, msg_id)
         msg.client = None
         self.requeue_count += 1
+        if self.nsqd.replication is not None:
+            self.nsqd.replication.requeued(self, msg, delay)
         if self.max_attempts and msg.attempts >= self.max_attempts and self._dead_letter(msg):
             return
         if delay == 0:
@@ -525,6 +529,8 @@ class Channel:
             msg.client = None
             if owner is not None:
                 owner.timed_out_message()
+            if self.nsqd.replication is not None:
+                self.nsqd.replication.requeued(self, msg)
             if self.max_attempts and msg.attempts >= self.max_attempts and self._dead_letter(msg):
                 continue
             self.requeue(msg)
@@ -545,6 +551,8 @@ class Channel:
         copies = self.topic.held_copies
         if copies is not None and copies.pending:
             copies.finished(self, ids)
+        if self.nsqd.replication is not None:
+            self.nsqd.replication.fin(self, ids)
 
     # ------------------------------------------------------------------ deferred
 
@@ -577,9 +585,13 @@ class Channel:
         return len(self.memory_queue) + self.backend.depth() - len(self.skip_ids) - early
 
     def pause(self) -> None:
+        if self.nsqd.replication is not None and not self.paused:  # group-wide, on a change
+            self.nsqd.replication.channel_op(self.topic.name, self.name, OP_PAUSE)
         self.paused = True
 
     def unpause(self) -> None:
+        if self.nsqd.replication is not None and self.paused:
+            self.nsqd.replication.channel_op(self.topic.name, self.name, OP_UNPAUSE)
         self.paused = False
         self.pump_all()
 

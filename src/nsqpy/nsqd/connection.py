@@ -42,6 +42,7 @@ from ..protocol.compression import (
     SnappyFrameReader,
     SnappyFrameWriter,
 )
+from ..protocol.replica import MAGIC_R1
 from .tls import TLSError, TLSSession
 
 if TYPE_CHECKING:
@@ -305,6 +306,9 @@ class Connection(asyncio.Protocol):
         self._magic += data[:need]
         if len(self._magic) < 4:
             return b""
+        if self._magic == MAGIC_R1 and self.nsqd.replication is not None:
+            self._hand_over_to_replication(data[need:])
+            return b""
         if self._magic != MAGIC_V2:
             self.nsqd.logger.error(
                 f"client({self.remote_address}) bad protocol magic '{self._magic!r}'"
@@ -314,6 +318,14 @@ class Connection(asyncio.Protocol):
             return b""
         self.nsqd.logger.info(f"CLIENT({self.remote_address}): desired protocol magic '  V2'")
         return data[need:]
+
+    def _hand_over_to_replication(self, rest: bytes) -> None:
+        """A peer's replication link (docs/replication.md): the socket leaves the clients."""
+        transport, replication = self.transport, self.nsqd.replication
+        rest += b"".join(self._input)
+        self.connection_lost(None)
+        if transport is not None and replication is not None:
+            replication.accept(transport, rest)
 
     def _run_batch(self, commands: list[Command]) -> None:
         with self.batch():

@@ -27,6 +27,7 @@ from ..internal.http_api import (
     v1_text,
 )
 from ..protocol import is_valid_topic_name
+from ..protocol.replica import OP_EMPTY
 from .beyond import http as beyond_http
 from .beyond.queue_limits import QueueFullError
 from .errors import BackendWriteError
@@ -34,6 +35,7 @@ from .http_mpub import MpubBodyError, binary_bodies, lines_of, text_regions
 from .http_mpub import publish as publish_chunks
 from .http_params import channel_args, existing_topic, first, query
 from .options import Options, max_defer_ms
+from .replica.group import ReplicasShort
 from .stats import (
     get_stats_sliced,
     memory_stats,
@@ -151,6 +153,7 @@ class HTTPServer:
             delay = defer_ms / 1000
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/beyond/drain.py)
             raise ApiError(503, "DRAINING")
+        self._refuse_if_replicas_short()
         msg = topic.new_message(body)
         msg.deferred = delay
         syncs = self.nsqd.writes.running_syncs(topic)
@@ -161,7 +164,23 @@ class HTTPServer:
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
         await self._settled(syncs + self.nsqd.topic_starting(topic))
+        await self._replicated()
         return v1_text("OK")
+
+    def _refuse_if_replicas_short(self) -> None:
+        """Too few --replica-peer reachable for --replica-acks (docs/replication.md)."""
+        replication = self.nsqd.replication
+        if replication is not None and replication.shortage() is not None:
+            raise ApiError(503, "NOT_ENOUGH_REPLICAS")
+
+    async def _replicated(self) -> None:
+        """acks-1 peers stored what was put (docs/replication.md, "The OK rule")."""
+        replication = self.nsqd.replication
+        if replication is not None:
+            try:
+                await replication.wait_acked(replication.stream.last)
+            except ReplicasShort:
+                raise ApiError(503, "NOT_ENOUGH_REPLICAS") from None
 
     @staticmethod
     async def _settled(tasks: tuple[asyncio.Task[None], ...]) -> None:
@@ -196,6 +215,7 @@ class HTTPServer:
         del body  # the chunks hold what is published
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/beyond/drain.py)
             raise ApiError(503, "DRAINING")
+        self._refuse_if_replicas_short()
         try:
             if binary:
                 syncs = await publish_chunks(self.nsqd, topic, chunks, list)
@@ -206,6 +226,7 @@ class HTTPServer:
         except (TopicError, BackendWriteError):
             raise ApiError(503, "EXITING") from None
         await self._settled(syncs + self.nsqd.topic_starting(topic))
+        await self._replicated()
         return v1_text("OK")
 
     # ------------------------------------------------------------------ stats
@@ -228,6 +249,8 @@ class HTTPServer:
             await run_sliced(stats_text_steps(self.nsqd, version, topics, producers, memory, text))
             return v1_text("".join(text))
         body = stats_json(topics, producers, memory, self.nsqd.writes.health, self.nsqd.start_time)
+        if self.nsqd.replication is not None:  # docs/replication.md: only when replicating
+            body["replication"] = self.nsqd.replication.stats()
         data: list[bytes] = []
         await run_sliced(stats_json_steps(body, data))
         return web.Response(body=data[0], headers={**V1_HEADERS, "Content-Type": JSON_CONTENT_TYPE})
@@ -248,6 +271,8 @@ class HTTPServer:
     async def topic_empty(self, request: web.Request) -> web.Response:
         topic = existing_topic(self.nsqd, query(request), validate=True)
         topic.empty()
+        if self.nsqd.replication is not None:  # group-wide (a peer's empty is not echoed)
+            self.nsqd.replication.topic_op(topic.name, OP_EMPTY)
         return v1_empty()
 
     async def topic_pause(self, request: web.Request) -> web.Response:
@@ -280,6 +305,8 @@ class HTTPServer:
         if channel is None:
             raise ApiError(404, "CHANNEL_NOT_FOUND")
         channel.empty()
+        if self.nsqd.replication is not None:  # group-wide (a peer's empty is not echoed)
+            self.nsqd.replication.channel_op(topic.name, name, OP_EMPTY)
         return v1_empty()
 
     async def channel_pause(self, request: web.Request) -> web.Response:

@@ -24,6 +24,7 @@ from ..internal.net import (
     log_open_files_limit,
 )
 from ..protocol import MESSAGE_HEADER_LENGTH, is_valid_name
+from ..protocol.replica import OP_CREATE, OP_DELETE
 from . import metadata
 from .auth import AuthClient, Authenticator
 from .backend import Backend, NullBackend
@@ -38,6 +39,7 @@ from .lookup import LookupPeers, nsqd_identity
 from .options import HOSTNAME, Options, validate_replica_options
 from .persistence import Persistence
 from .protocol_v2 import ProtocolV2
+from .replica.group import Replication
 from .stats import E2EStream
 from .statsd import StatsdPusher
 from .tls import build_server_context, tls_protocol_factory
@@ -114,6 +116,8 @@ class NSQD:
         self.draining = False
         self.dead_letters = DeadLetters(self)
         self.queue_limits = QueueLimits(self)  # nsqpy --max-queue-bytes (beyond/queue_limits.py)
+        # nsqpy --replica-peer (replica/group.py, docs/replication.md); None: no replication
+        self.replication: Replication | None = None
 
     def _validate(self) -> None:
         """Go's New(): option checks, in its order (after the data-path lock)."""
@@ -186,6 +190,7 @@ class NSQD:
         self.persistence.write_metadata_now()
         self.persistence.restore_deferred()
         self.tcp_listen = format_address(tcp_sock.getsockname())
+        await self._start_replication()
         self._admission = Admission(self.logger)  # keeps a descriptor reserve for HTTP and files
         if tcp_sock.family == socket.AF_UNIX:
             self.tcp_port = -1
@@ -209,6 +214,19 @@ class NSQD:
         await self._start_lookup()
         if opts.statsd_address:
             self._tasks.append(self.loop.create_task(StatsdPusher(self).run()))
+
+    async def _start_replication(self) -> None:
+        """With --replica-peer: replication runs before a peer can reach the client port."""
+        peers = validate_replica_options(self.options)
+        if not peers or ":" not in self.tcp_listen:  # (a unix socket has no peers)
+            return
+        host = self.tcp_listen.rpartition(":")[0].strip("[]")
+        if host in ("0.0.0.0", "::", ""):
+            host = self.options.broadcast_address
+        port = int(self.tcp_listen.rpartition(":")[2])
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.replication = Replication(self, peers, address)
+        await self.replication.start()
 
     async def _start_http(self, address: str) -> None:
         from ..internal.http_server import start_app
@@ -285,6 +303,8 @@ class NSQD:
             await self._https_runner.cleanup()
         await self.auth.close()
         await self.persistence.write_metadata_last()
+        if self.replication is not None:
+            await self.replication.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -389,11 +409,15 @@ class NSQD:
 
     def topic_created(self, topic: Topic) -> None:
         self._notify_lookupd(topic.name, None, register=True)
+        if self.replication is not None:
+            self.replication.topic_op(topic.name, OP_CREATE)
         if not topic.ephemeral:
             self.persistence.persist_metadata()
 
     def topic_deleted(self, topic: Topic) -> None:
         self._notify_lookupd(topic.name, None, register=False)
+        if self.replication is not None:
+            self.replication.topic_op(topic.name, OP_DELETE)
         if self.dead_letters.overrides:
             self.dead_letters.forget(topic.name)
         self.queue_limits.forget(topic.name)
@@ -402,11 +426,15 @@ class NSQD:
 
     def channel_created(self, topic: Topic, channel: Channel) -> None:
         self._notify_lookupd(topic.name, channel.name, register=True)
+        if self.replication is not None:
+            self.replication.channel_op(topic.name, channel.name, OP_CREATE)
         if not channel.ephemeral and not topic.ephemeral:
             self.persistence.persist_metadata()
 
     def channel_deleted(self, topic: Topic, channel: Channel) -> None:
         self._notify_lookupd(topic.name, channel.name, register=False)
+        if self.replication is not None:
+            self.replication.channel_op(topic.name, channel.name, OP_DELETE)
         if self.dead_letters.overrides:
             self.dead_letters.forget(topic.name, channel.name)
         self.queue_limits.forget(topic.name, channel.name)

@@ -438,12 +438,17 @@ class ProtocolV2:
         msg.deferred = delay
         if self.nsqd.draining:  # nsqpy --drain-timeout (nsqd/beyond/drain.py)
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed draining")
+        replication = self.nsqd.replication
+        if replication is not None:  # too few peers reachable: Go's E_PUB_FAILED wording
+            replication.refuse_if_short(name)
         syncs = self.writes.running_syncs(topic)
         try:
             topic.put_message(msg)
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {exc}") from None
         client.published(topic_name, 1)
+        if replication is not None:  # the OK once acks-1 peers stored it
+            return replication.ack_after(syncs + self.nsqd.topic_starting(topic), OK, name)
         return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     def PUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
@@ -476,11 +481,16 @@ class ProtocolV2:
         if bodies is None:  # the body stopped at a bad count or size: Go's error for it
             assert command.body is not None
             bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
+        replication = self.nsqd.replication
+        if replication is not None:  # too few peers reachable: Go's E_MPUB_FAILED wording
+            replication.refuse_if_short("MPUB")
         if len(bodies) > MPUB_PUBLISH_SLICE and not self.nsqd.queue_limits.active:
             # (under --max-queue-bytes one put admits or refuses the MPUB as a whole)
             # shielded: like Go, a closing client does not stop the publish of a read MPUB
             return asyncio.shield(self._publish_slices(client, topic, bodies))
         syncs = self._put_slice(client, topic, bodies, self.nsqd.wall_ns())
+        if replication is not None:  # the OK once acks-1 peers stored them
+            return replication.ack_after(syncs + self.nsqd.topic_starting(topic), OK, "MPUB")
         return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     def _put_slice(
@@ -519,6 +529,8 @@ class ProtocolV2:
         waits.update(syncs)
         if waits:
             await asyncio.wait(waits)
+        if self.nsqd.replication is not None:
+            await self.nsqd.replication.replicated("MPUB")
         return OK
 
     # ------------------------------------------------------------------ helpers

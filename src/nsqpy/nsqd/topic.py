@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..protocol.names import is_ephemeral
+from ..protocol.replica import OP_PAUSE, OP_UNPAUSE
 from .backend import Backend
 from .beyond.topic_held import HeldCopies
 from .channel import Channel
@@ -177,6 +178,8 @@ class Topic:
             raise TopicError("exiting")
         if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (beyond/queue_limits.py)
             self.nsqd.queue_limits.admit(self, (msg,))
+        if self.nsqd.replication is not None:  # docs/replication.md: before any copy is made
+            self.nsqd.replication.put(self, (msg,))
         self._put(msg)
         self._published = True
         self.message_count += 1
@@ -191,6 +194,8 @@ class Topic:
             return
         if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (beyond/queue_limits.py)
             self.nsqd.queue_limits.admit(self, msgs)
+        if self.nsqd.replication is not None:  # docs/replication.md: before any copy is made
+            self.nsqd.replication.put(self, msgs)
         if self._direct_to_channels():
             self._fan_out(msgs)
         else:
@@ -339,6 +344,8 @@ class Topic:
                 msgs = [msg for msg in msgs if not msg.deferred]
         if not msgs:
             return
+        if self.nsqd.replication is not None:
+            self.nsqd.replication.fanout(self, channels, msgs)
         if len(channels) > 1:
             for msg in msgs:
                 msg.shared = True
@@ -346,6 +353,8 @@ class Topic:
             channel.put_messages(msgs)
 
     def _fan_out_deferred(self, msgs: list[Message]) -> None:
+        if self.nsqd.replication is not None:
+            self.nsqd.replication.fanout(self, self._channel_list, msgs)
         first = True
         for channel in self._channel_list:
             for msg in msgs:
@@ -468,9 +477,13 @@ class Topic:
         return len(self.memory_queue) + self.backend.depth() - len(self.skip_ids)
 
     def pause(self) -> None:
+        if self.nsqd.replication is not None and not self.paused:  # group-wide, on a change
+            self.nsqd.replication.topic_op(self.name, OP_PAUSE)
         self.paused = True
 
     def unpause(self) -> None:
+        if self.nsqd.replication is not None and self.paused:
+            self.nsqd.replication.topic_op(self.name, OP_UNPAUSE)
         self.paused = False
         self._schedule_pump()
 

@@ -1,0 +1,750 @@
+"""The replication runtime of one nsqd (docs/replication.md, "How it works").
+
+:class:`Replication` is ``nsqd.replication`` when ``--replica-peer`` is given (else None, and
+nothing here runs). It holds this node's *stream* (the ordered events of what it owns), one
+outbound link per peer carrying that stream (:class:`PeerLink`), the inbound links of the
+peers' streams (:class:`InboundLink`, handed over by the client port on the ``  R1`` magic),
+one :class:`ReplicaStore` per owner incarnation held here, and the takeover of a store whose
+owner is judged gone.
+
+The incarnation is new at every start: a restarted node's peers take over what they held for
+its previous run at its first HELLO (duplicates of what it still had, never loss).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import secrets
+from collections import deque
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...protocol import ProtocolError
+from ...protocol import replica as r1
+from ...protocol.names import is_ephemeral
+from ...protocol.replica import (
+    OP_CREATE,
+    OP_DELETE,
+    OP_EMPTY,
+    OP_PAUSE,
+    OP_UNPAUSE,
+    Attempts,
+    ChannelOp,
+    Defer,
+    Event,
+    Fanout,
+    Fin,
+    Put,
+    ReplicaProtocolError,
+    TopicOp,
+)
+from ..backend_writes import ack_after
+from ..errors import BackendWriteError
+from ..message import Message
+from ..options import ReplicaOptionError, parse_replica_peer
+from .store import ReplicaStore, ReplicaStoreError, SequenceGap, Takeover, list_stores
+
+if TYPE_CHECKING:
+    from ..channel import Channel
+    from ..nsqd import NSQD
+    from ..topic import Topic
+
+#: the most event bytes (bodies, roughly) one EVENTS frame carries
+FRAME_BUDGET = 4 * 1024 * 1024
+#: the first and the longest wait before a link dials its peer again
+RECONNECT_MIN = 0.05
+RECONNECT_MAX = 2.0
+#: how often a store's unsynced events are checked against --sync-timeout (seconds, at most)
+SYNC_POLL = 0.1
+#: a segment of an incarnation's stream held after a gap: ``<incarnation>~<first seq - 1>``
+SEGMENT_MARK = "~"
+
+
+class ReplicasShort(Exception):
+    """Fewer copies reachable than --replica-acks: ``replicas 1 < 2``."""
+
+
+def _peer_key(address: str) -> tuple[str, int] | None:
+    try:
+        return parse_replica_peer(address)
+    except ReplicaOptionError:
+        return None
+
+
+@dataclass
+class _Held:
+    """What this node holds for one owner incarnation (from ``offset + 1`` of its stream)."""
+
+    owner: str
+    incarnation: str
+    offset: int
+    store: ReplicaStore
+    last_heard: float
+    link: InboundLink | None = None
+    acked: int = 0  # the last sequence number ACKed to the owner (the owner's numbering)
+
+
+@dataclass
+class _Stream:
+    """This node's events not yet acknowledged by every peer that counts (numbered from
+    ``base``)."""
+
+    base: int = 1
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def last(self) -> int:
+        return self.base + len(self.events) - 1
+
+    def since(self, seq: int) -> list[Event]:
+        return self.events[max(0, seq - self.base) :]
+
+    def trim(self, upto: int) -> None:
+        """Drop events up to ``upto`` (all peers that count have them)."""
+        drop = min(upto - self.base + 1, len(self.events))
+        if drop > 0 and (drop >= 1024 or drop * 2 >= len(self.events)):
+            del self.events[:drop]
+            self.base += drop
+
+
+class Replication:
+    def __init__(self, nsqd: NSQD, peers: Sequence[tuple[str, int]], address: str) -> None:
+        self.nsqd = nsqd
+        opts = nsqd.options
+        self.acks = opts.replica_acks
+        self.timeout = opts.replica_timeout
+        self.address = address
+        self.incarnation = secrets.token_hex(8)
+        self.directory = Path(nsqd.data_path) / "replica"
+        self.stream = _Stream()
+        self.links = [PeerLink(self, host, port) for host, port in peers]
+        self.held: dict[tuple[str, str], _Held] = {}
+        self.taken_over: dict[str, int] = {}
+        self.inbound: set[InboundLink] = set()
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._short_since: float | None = None
+        self._flush_scheduled = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        now = self.nsqd.now()
+        for owner, key in list_stores(self.directory):
+            incarnation, _, offset = key.partition(SEGMENT_MARK)
+            try:
+                held = self._open_store(owner, incarnation, int(offset or 0), now)
+            except (OSError, ReplicaStoreError, ValueError) as exc:
+                self.nsqd.logger.error(f"REPLICA: cannot open store of {owner}: {exc}")
+                continue
+            self.held[(owner, incarnation)] = held
+        loop = self.nsqd.loop
+        self._tasks = [loop.create_task(link.run()) for link in self.links]
+        self._tasks.append(loop.create_task(self._watch()))
+        self._tasks.append(loop.create_task(self._sync_stores()))
+        self.nsqd.logger.info(
+            f"REPLICA: {self.address} incarnation {self.incarnation}, "
+            f"{len(self.links)} peers, acks {self.acks}"
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for link in list(self.inbound):
+            link.close()
+        for held in self.held.values():
+            with contextlib.suppress(OSError, ReplicaStoreError):
+                held.store.close()
+        self._fail_waiters(ReplicasShort("exiting"))
+
+    # ------------------------------------------------------------------ the stream
+
+    def _emit(self, event: Event) -> None:
+        self.stream.events.append(event)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.nsqd.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Every connected peer gets the events it has not been sent, in EVENTS frames."""
+        self._flush_scheduled = False
+        last = self.stream.last
+        for link in self.links:
+            if link.up and link.sent < last:
+                link.send_events(link.sent + 1, self.stream.since(link.sent + 1))
+                link.sent = last
+        if not any(link.counts(self.nsqd.now()) for link in self.links):
+            self.stream.trim(last)  # no peer to keep them for
+
+    def acked(self, link: PeerLink, seq: int) -> None:
+        link.acked = max(link.acked, seq)
+        now = self.nsqd.now()
+        counted = [other.acked for other in self.links if other.counts(now)]
+        self.stream.trim(min(counted) if counted else self.stream.last)
+        self._resolve_waiters()
+
+    # ------------------------------------------------------------------ events from the core
+
+    def put(self, topic: Topic, msgs: Sequence[Message]) -> None:
+        """A topic accepted ``msgs`` (before it copies them anywhere)."""
+        if topic.ephemeral:
+            return
+        name = topic.name
+        for msg in msgs:
+            defer_ms = math.ceil(msg.deferred * 1000) if msg.deferred else 0
+            self._emit(Put(name, msg.id, msg.timestamp, msg.attempts, msg.body, None, defer_ms))
+
+    def fanout(self, topic: Topic, channels: Sequence[Channel], msgs: Sequence[Message]) -> None:
+        """The topic copied ``msgs`` to ``channels``."""
+        if topic.ephemeral or not msgs:
+            return
+        names = tuple(channel.name for channel in channels if not channel.ephemeral)
+        self._emit(Fanout(topic.name, names, tuple(msg.id for msg in msgs)))
+
+    def fin(self, channel: Channel, ids: Sequence[bytes]) -> None:
+        """``channel`` is done with these messages (finished, dead-lettered, sampled out)."""
+        if ids and not channel.ephemeral and not is_ephemeral(channel.topic.name):
+            self._emit(Fin(channel.topic.name, channel.name, tuple(ids)))
+
+    def requeued(self, channel: Channel, msg: Message, delay: float = 0.0) -> None:
+        """A message back from flight (REQ, a timeout): its attempts, and a REQ's delay."""
+        if channel.ephemeral or is_ephemeral(channel.topic.name):
+            return
+        topic = channel.topic.name
+        self._emit(Attempts(topic, channel.name, msg.id, min(msg.attempts, 0xFFFF)))
+        if delay > 0:
+            self._emit(Defer(topic, channel.name, msg.id, math.ceil(delay * 1000)))
+
+    def channel_op(self, topic: str, channel: str, op: str) -> None:
+        if not is_ephemeral(topic) and not is_ephemeral(channel):
+            self._emit(ChannelOp(topic, channel, op))
+
+    def topic_op(self, topic: str, op: str) -> None:
+        if not is_ephemeral(topic):
+            self._emit(TopicOp(topic, op))
+
+    # ------------------------------------------------------------------ the OK rule
+
+    def reachable_copies(self) -> int:
+        """This node and its reachable peers."""
+        now = self.nsqd.now()
+        return 1 + sum(1 for link in self.links if link.reachable(now))
+
+    def shortage(self) -> str | None:
+        """``replicas 1 < 2`` when fewer copies than --replica-acks are reachable, else None."""
+        if self.acks <= 1:
+            return None
+        copies = self.reachable_copies()
+        return f"replicas {copies} < {self.acks}" if copies < self.acks else None
+
+    def refuse_if_short(self, name: str) -> None:
+        """Go's wording: ``E_PUB_FAILED PUB failed replicas 1 < 2`` (MPUB, DPUB alike)."""
+        short = self.shortage()
+        if short is not None:
+            raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {short}")
+
+    def ack_after(
+        self, waits: tuple[asyncio.Task[None], ...], response: bytes, name: str
+    ) -> bytes | Awaitable[bytes | None]:
+        """``response`` once ``waits`` are done and acks-1 peers stored what was put so far."""
+        if self.acks <= 1:
+            return ack_after(waits, response)
+        return self._answer_when_acked(waits, response, name, self.stream.last)
+
+    async def _answer_when_acked(
+        self, waits: tuple[asyncio.Task[None], ...], response: bytes, name: str, seq: int
+    ) -> bytes:
+        if waits:
+            await asyncio.wait(waits)
+        await self.replicated(name, seq)
+        return response
+
+    async def replicated(self, name: str, seq: int | None = None) -> None:
+        """:meth:`wait_acked` (by default for all put so far), its failure in Go's wording."""
+        try:
+            await self.wait_acked(self.stream.last if seq is None else seq)
+        except ReplicasShort as exc:
+            raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {exc}") from None
+
+    async def wait_acked(self, seq: int) -> None:
+        """Until acks-1 peers acknowledged ``seq``; ReplicasShort if too few stay reachable
+        for --replica-timeout meanwhile."""
+        if self.acks <= 1 or self._enough_acked(seq):
+            return
+        future: asyncio.Future[None] = self.nsqd.loop.create_future()
+        self._waiters.append((seq, future))
+        await future
+
+    def _enough_acked(self, seq: int) -> bool:
+        return sum(1 for link in self.links if link.acked >= seq) >= self.acks - 1
+
+    def _resolve_waiters(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            seq, future = waiters[0]
+            if not future.done():
+                if not self._enough_acked(seq):
+                    return
+                future.set_result(None)
+            waiters.popleft()
+
+    def _fail_waiters(self, error: ReplicasShort) -> None:
+        while self._waiters:
+            _, future = self._waiters.popleft()
+            if not future.done():
+                future.set_exception(error)
+
+    # ------------------------------------------------------------------ the peers' streams
+
+    def accept(self, transport: asyncio.Transport, rest: bytes) -> None:
+        """A peer's link arrived on the client port (after the ``  R1`` magic)."""
+        link = InboundLink(self, transport)
+        self.inbound.add(link)
+        transport.set_protocol(link)
+        with contextlib.suppress(RuntimeError, AttributeError):
+            transport.resume_reading()
+        if rest:
+            link.data_received(rest)
+
+    def _open_store(self, owner: str, incarnation: str, offset: int, now: float) -> _Held:
+        key = f"{incarnation}{SEGMENT_MARK}{offset}" if offset else incarnation
+        opts = self.nsqd.options
+        store = ReplicaStore(
+            self.directory,
+            owner,
+            key,
+            sync_every=opts.sync_every,
+            sync_timeout=opts.sync_timeout,
+            clock=self.nsqd.now,
+            logger=self.nsqd.logger,
+        )
+        return _Held(owner, incarnation, offset, store, now)
+
+    def hello(self, link: InboundLink, info: dict[str, Any]) -> None:
+        owner, incarnation = info.get("node"), info.get("incarnation")
+        if not isinstance(owner, str) or not isinstance(incarnation, str) or not incarnation:
+            raise ReplicaProtocolError("HELLO without node and incarnation")
+        now = self.nsqd.now()
+        for other in [h for h in self.held.values() if h.owner == owner]:
+            if other.incarnation != incarnation:  # the owner restarted: its old run is gone
+                self.take_over(other, "restarted")
+        held = self.held.get((owner, incarnation))
+        if held is None:
+            held = self.held[(owner, incarnation)] = self._open_store(owner, incarnation, 0, now)
+        if held.link is not None and held.link is not link:
+            held.link.close()
+        held.link = link
+        held.last_heard = now
+        link.held = held
+        stored = held.offset + held.store.stored_seq
+        held.acked = stored
+        link.write(r1.welcome({"incarnation": self.incarnation, "stored": stored}))
+
+    def events(self, link: InboundLink, first_seq: int, events: list[Event]) -> None:
+        held = link.held
+        if held is None:
+            raise ReplicaProtocolError("EVENTS before HELLO")
+        held.last_heard = self.nsqd.now()
+        local = first_seq - held.offset
+        applied = held.store.applied_seq
+        if local > applied + 1:  # events this node never got: hold the stream anew from here
+            held = self._new_segment(held, link, first_seq)
+            local, applied = 1, 0
+        fresh = events[max(0, applied + 1 - local) :]
+        try:
+            held.store.apply(max(local, 1), events[max(0, 1 - local) :])
+        except SequenceGap as exc:
+            raise ReplicaProtocolError(str(exc)) from None
+        for event in fresh:
+            if isinstance(event, (ChannelOp, TopicOp)):
+                self._apply_op(event)
+        self._ack(held)
+
+    def _new_segment(self, held: _Held, link: InboundLink, first_seq: int) -> _Held:
+        self.nsqd.logger.warn(
+            f"REPLICA: {held.owner} resumes at {first_seq}, after "
+            f"{held.offset + held.store.applied_seq}: its copies in between are taken over"
+        )
+        held.link = None
+        self.take_over(held, "gap")
+        fresh = self._open_store(held.owner, held.incarnation, first_seq - 1, self.nsqd.now())
+        fresh.link = link
+        link.held = fresh
+        self.held[(held.owner, held.incarnation)] = fresh
+        return fresh
+
+    def _ack(self, held: _Held) -> None:
+        stored = held.offset + held.store.stored_seq
+        if stored > held.acked and held.link is not None:
+            held.acked = stored
+            held.link.write(r1.ack(stored))
+
+    async def _sync_stores(self) -> None:
+        """ACK what --sync-timeout makes durable when --sync-every has not yet."""
+        interval = min(SYNC_POLL, max(self.nsqd.options.sync_timeout, 0.01))
+        while True:
+            await asyncio.sleep(interval)
+            for held in list(self.held.values()):
+                if held.store.sync_due():
+                    try:
+                        held.store.sync()
+                    except OSError as exc:
+                        self.nsqd.logger.error(f"REPLICA: sync failed for {held.owner}: {exc}")
+                        continue
+                    self._ack(held)
+
+    def inbound_lost(self, link: InboundLink) -> None:
+        self.inbound.discard(link)
+        held = link.held
+        if held is not None and held.link is link:
+            held.link = None
+
+    # ------------------------------------------------------------------ group-wide state
+
+    def _apply_op(self, event: ChannelOp | TopicOp) -> None:
+        """An owner's CHANNEL or TOPIC operation, applied here when it changes something
+        (a change goes into this node's own stream through the core's hooks; an empty does
+        not, so it cannot come back)."""
+        nsqd = self.nsqd
+        topic = nsqd.get_existing_topic(event.topic)
+        if event.op == OP_CREATE or (isinstance(event, ChannelOp) and topic is None):
+            if event.op in (OP_EMPTY, OP_DELETE):
+                return
+            if not nsqd.valid_name(event.topic):
+                return
+            topic = nsqd.get_topic(event.topic)
+        if topic is None:
+            return
+        if isinstance(event, TopicOp):
+            self._apply_topic_op(topic, event.op)
+            return
+        channel = topic.get_existing_channel(event.channel)
+        if channel is None:
+            if event.op in (OP_EMPTY, OP_DELETE) or not nsqd.valid_name(event.channel):
+                return
+            channel = topic.get_channel(event.channel)
+        if event.op == OP_PAUSE and not channel.paused:
+            channel.pause()
+            nsqd.persistence.persist_metadata()
+        elif event.op == OP_UNPAUSE and channel.paused:
+            channel.unpause()
+            nsqd.persistence.persist_metadata()
+        elif event.op == OP_EMPTY:
+            channel.empty()
+        elif event.op == OP_DELETE:
+            topic.delete_existing_channel(channel.name)
+
+    def _apply_topic_op(self, topic: Topic, op: str) -> None:
+        if op == OP_PAUSE and not topic.paused:
+            topic.pause()
+            self.nsqd.persistence.persist_metadata()
+        elif op == OP_UNPAUSE and topic.paused:
+            topic.unpause()
+            self.nsqd.persistence.persist_metadata()
+        elif op == OP_EMPTY:
+            topic.empty()
+        elif op == OP_DELETE:
+            self.nsqd.delete_existing_topic(topic.name)
+
+    # ------------------------------------------------------------------ takeover
+
+    async def _watch(self) -> None:
+        """Every --replica-timeout/4: take over what gone owners left here, and fail the
+        publishes that waited --replica-timeout for too few reachable peers."""
+        while True:
+            await asyncio.sleep(self.timeout / 4)
+            now = self.nsqd.now()
+            for held in list(self.held.values()):
+                if now - held.last_heard >= self.timeout:
+                    if held.link is not None:
+                        held.link.close()
+                    self.take_over(held, "unreachable")
+            for link in list(self.inbound):
+                if now - link.last_heard >= self.timeout:
+                    link.close()
+            if self._reached_short(now):
+                self._fail_waiters(ReplicasShort(self.shortage() or "replicas short"))
+
+    def _reached_short(self, now: float) -> bool:
+        """Whether too few peers have been reachable for --replica-timeout."""
+        if self.shortage() is None:
+            self._short_since = None
+            return False
+        if self._short_since is None:
+            self._short_since = now
+        return now - self._short_since >= self.timeout
+
+    def take_over(self, held: _Held, why: str) -> None:
+        """The owner incarnation's unfinished copies become this node's own messages."""
+        self.held.pop((held.owner, held.incarnation), None)
+        if held.link is not None:
+            held.link.close()
+        try:
+            taken = held.store.takeover()
+        except ReplicaStoreError:
+            return
+        count = self._put_taken(taken)
+        held.store.delete()
+        self.taken_over[held.owner] = self.taken_over.get(held.owner, 0) + count
+        self.nsqd.logger.info(
+            f"REPLICA: took over {count} messages of {held.owner} ({held.incarnation}, {why})"
+        )
+
+    def _put_taken(self, taken: Takeover) -> int:
+        count = 0
+        nsqd = self.nsqd
+        for name, topic_taken in taken.topics.items():
+            if is_ephemeral(name) or not nsqd.valid_name(name):
+                continue
+            topic = nsqd.get_topic(name)
+            if topic_taken.paused and not topic.paused:
+                topic.pause()
+            for channel_taken in topic_taken.channels.values():
+                if is_ephemeral(channel_taken.name):
+                    continue
+                channel = topic.get_channel(channel_taken.name)
+                if channel_taken.paused and not channel.paused:
+                    channel.pause()
+                for taken_msg in channel_taken.messages:
+                    msg = Message(
+                        taken_msg.msg_id, taken_msg.body, taken_msg.timestamp, taken_msg.attempts
+                    )
+                    defer_ms = math.ceil(taken_msg.defer * 1000)
+                    self._emit(
+                        Put(
+                            name,
+                            msg.id,
+                            msg.timestamp,
+                            msg.attempts,
+                            msg.body,
+                            (channel.name,),
+                            defer_ms,
+                        )
+                    )
+                    self._put_copy(channel, msg, taken_msg.defer)
+                    count += 1
+            for taken_msg in topic_taken.held:
+                msg = Message(
+                    taken_msg.msg_id, taken_msg.body, taken_msg.timestamp, taken_msg.attempts
+                )
+                msg.deferred = taken_msg.defer
+                try:
+                    topic.put_message(msg)  # its Put and Fanout come from the topic's hooks
+                except Exception as exc:
+                    nsqd.logger.error(f"REPLICA: TOPIC({name}) refused a taken message: {exc}")
+                    continue
+                count += 1
+        nsqd.persistence.persist_metadata()
+        return count
+
+    @staticmethod
+    def _put_copy(channel: Channel, msg: Message, defer: float) -> None:
+        if defer > 0:
+            channel.put_message_deferred(msg, defer)
+            return
+        try:
+            channel.put_message(msg)
+        except BackendWriteError:
+            channel.memory_queue.append(msg)  # accepted already: kept in memory, never lost
+
+    # ------------------------------------------------------------------ stats
+
+    def stats(self) -> dict[str, Any]:
+        now = self.nsqd.now()
+        last = self.stream.last
+        peers = []
+        for link in self.links:
+            key = (link.host, link.port)
+            held = [h for h in self.held.values() if _peer_key(h.owner) == key]
+            taken = sum(n for owner, n in self.taken_over.items() if _peer_key(owner) == key)
+            peers.append(
+                {
+                    "address": link.address,
+                    "state": "connected" if link.reachable(now) else "unreachable",
+                    "acked_seq": link.acked,
+                    "lag": max(0, last - link.acked),
+                    "held_copies": sum(h.store.live_count() for h in held),
+                    "taken_over": taken,
+                }
+            )
+        return {
+            "address": self.address,
+            "incarnation": self.incarnation,
+            "acks": self.acks,
+            "last_seq": last,
+            "peers": peers,
+        }
+
+
+class PeerLink:
+    """This node's stream to one peer: dial, HELLO, resend from the peer's WELCOME, PING."""
+
+    def __init__(self, replication: Replication, host: str, port: int) -> None:
+        self.replication = replication
+        self.host = host
+        self.port = port
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.up = False  # welcomed
+        self.sent = 0
+        self.acked = 0
+        self.last_heard = 0.0
+        self.down_since = replication.nsqd.now()
+        self._writer: asyncio.StreamWriter | None = None
+
+    def reachable(self, now: float) -> bool:
+        return self.up and now - self.last_heard < self.replication.timeout
+
+    def counts(self, now: float) -> bool:
+        """Whether the stream keeps events for this peer: up, or down for less than
+        --replica-timeout (then it resends them)."""
+        return self.up or now - self.down_since < self.replication.timeout
+
+    async def run(self) -> None:
+        delay = RECONNECT_MIN
+        logger = self.replication.nsqd.logger
+        while True:
+            try:
+                await self._session()
+            except (OSError, TimeoutError, ReplicaProtocolError, ValueError) as exc:
+                if self.up:
+                    logger.warn(f"REPLICA: link to {self.address} lost: {exc!r}")
+            finally:
+                if self.up:
+                    delay = RECONNECT_MIN
+                self._down()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_MAX, self.replication.timeout / 2)
+
+    def _down(self) -> None:
+        if self.up:
+            self.down_since = self.replication.nsqd.now()
+        self.up = False
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    async def _session(self) -> None:
+        replication = self.replication
+        timeout = replication.timeout
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(self.host, self.port), timeout
+        )
+        self._writer = writer
+        info = {"node": replication.address, "incarnation": replication.incarnation}
+        writer.write(r1.MAGIC_R1 + r1.hello(info))
+        parser = r1.FrameParser()
+        pinger = replication.nsqd.loop.create_task(self._ping(writer, timeout / 4))
+        try:
+            while True:
+                data = await asyncio.wait_for(reader.read(256 * 1024), timeout)
+                if not data:
+                    if self.up:
+                        raise ConnectionResetError("closed by the peer")
+                    raise ReplicaProtocolError("closed before WELCOME (not a replicating nsqd?)")
+                self.last_heard = replication.nsqd.now()
+                for frame in parser.feed(data):
+                    self._frame(frame)
+        finally:
+            pinger.cancel()
+
+    def _frame(self, frame: r1.Frame) -> None:
+        replication = self.replication
+        if isinstance(frame, r1.Ack):
+            replication.acked(self, frame.seq)
+        elif isinstance(frame, r1.Ping):
+            self.write(r1.pong())
+        elif isinstance(frame, r1.Welcome):
+            self._welcomed(frame.info)
+        elif not isinstance(frame, r1.Pong):
+            raise ReplicaProtocolError(f"unexpected {type(frame).__name__} on an outbound link")
+
+    def _welcomed(self, info: dict[str, Any]) -> None:
+        stored = info.get("stored")
+        if not isinstance(stored, int) or stored < 0:
+            raise ReplicaProtocolError("WELCOME without stored")
+        stream = self.replication.stream
+        # resend what the peer lacks if still kept, else (it fell behind) only what is new
+        self.sent = stored if stored >= stream.base - 1 else stream.last
+        self.acked = stored
+        self.up = True
+        self.replication.nsqd.logger.info(
+            f"REPLICA: linked to {self.address} (stored {stored}, sending from {self.sent + 1})"
+        )
+        if self.sent < stream.last:
+            self.send_events(self.sent + 1, stream.since(self.sent + 1))
+            self.sent = stream.last
+        self.replication._resolve_waiters()
+
+    def write(self, data: bytes) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.write(data)
+
+    def send_events(self, first: int, events: list[Event]) -> None:
+        start, size = 0, 0
+        for index, event in enumerate(events):
+            size += len(event.body) + 64 if isinstance(event, Put) else 64
+            if size >= FRAME_BUDGET and index > start:
+                self.write(r1.events(first + start, events[start:index]))
+                start, size = index, 0
+        if start < len(events):
+            self.write(r1.events(first + start, events[start:]))
+
+    async def _ping(self, writer: asyncio.StreamWriter, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if writer.is_closing():
+                return
+            writer.write(r1.ping())
+
+
+class InboundLink(asyncio.Protocol):
+    """A peer's stream to this node, on a socket handed over by the client port."""
+
+    def __init__(self, replication: Replication, transport: asyncio.Transport) -> None:
+        self.replication = replication
+        self.transport = transport
+        self.parser = r1.FrameParser()
+        self.held: _Held | None = None
+        self.last_heard = replication.nsqd.now()
+        self.closed = False
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        replication = self.replication
+        self.last_heard = replication.nsqd.now()
+        try:
+            for frame in self.parser.feed(data):
+                if isinstance(frame, r1.Events):
+                    replication.events(self, frame.first_seq, frame.events)
+                elif isinstance(frame, r1.Ping):
+                    self.write(r1.pong())
+                    if self.held is not None:
+                        self.held.last_heard = self.last_heard
+                elif isinstance(frame, r1.Hello):
+                    replication.hello(self, frame.info)
+                elif not isinstance(frame, r1.Pong):
+                    raise ReplicaProtocolError(f"unexpected {type(frame).__name__} inbound")
+        except (ReplicaProtocolError, OSError, ReplicaStoreError) as exc:
+            replication.nsqd.logger.error(f"REPLICA: inbound link closed: {exc}")
+            self.close()
+
+    def write(self, data: bytes) -> None:
+        if not self.closed:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+        self.replication.inbound_lost(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.replication.inbound_lost(self)

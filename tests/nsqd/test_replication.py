@@ -1,0 +1,255 @@
+"""Replicated topics between real nsqd processes (docs/replication.md): the OK rule, copies
+held on the peers and dropped on FIN, takeover of a killed node's unfinished messages,
+group-wide channels, and ``  R1`` refused without --replica-peer."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nsqpy.testing import DaemonProcess, start_nsqd
+
+from ..raw_v2 import NsqConn, dpub_cmd, free_port, http_request, mpub_cmd, pub_cmd, unique
+
+TIMEOUT = "1s"
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        time.sleep(0.05)
+
+
+def stats(node: DaemonProcess) -> dict[str, Any]:
+    response = http_request(node, "GET", "/stats?format=json")
+    assert response.status == 200
+    data: dict[str, Any] = json.loads(response.body)
+    return data
+
+
+def peers_of(node: DaemonProcess) -> dict[str, dict[str, Any]]:
+    return {peer["address"]: peer for peer in stats(node)["replication"]["peers"]}
+
+
+def all_connected(nodes: list[DaemonProcess]) -> bool:
+    return all(
+        all(peer["state"] == "connected" for peer in peers_of(node).values()) for node in nodes
+    )
+
+
+def held_for(node: DaemonProcess, owner: str) -> int:
+    count: int = peers_of(node)[owner]["held_copies"]
+    return count
+
+
+class Group:
+    """nsqd processes that name one another as --replica-peer, on ports chosen up front."""
+
+    def __init__(self, base: Path, size: int, acks: int, *extra: str) -> None:
+        self.base = base
+        self.ports = [free_port() for _ in range(size)]
+        self.acks = acks
+        self.extra = extra
+        self.nodes: list[DaemonProcess | None] = [None] * size
+
+    def address(self, index: int) -> str:
+        return f"127.0.0.1:{self.ports[index]}"
+
+    def start(self, index: int) -> DaemonProcess:
+        peers = [f"--replica-peer={self.address(i)}" for i in range(len(self.ports)) if i != index]
+        data = self.base / f"node{index}"
+        data.mkdir(exist_ok=True)
+        node = start_nsqd(
+            data,
+            f"--tcp-address={self.address(index)}",
+            *peers,
+            f"--replica-acks={self.acks}",
+            f"--replica-timeout={TIMEOUT}",
+            *self.extra,
+        )
+        self.nodes[index] = node
+        return node
+
+    def node(self, index: int) -> DaemonProcess:
+        node = self.nodes[index]
+        assert node is not None
+        return node
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node is not None:
+                node.kill()
+
+
+@pytest.fixture
+def group_factory(tmp_path: Path) -> Iterator[Callable[..., Group]]:
+    groups: list[Group] = []
+
+    def make(size: int, acks: int, *extra: str) -> Group:
+        group = Group(tmp_path, size, acks, *extra)
+        groups.append(group)
+        return group
+
+    yield make
+    for group in groups:
+        group.stop()
+
+
+def started(group: Group, count: int) -> list[DaemonProcess]:
+    nodes = [group.start(i) for i in range(count)]
+    wait_for(lambda: all_connected(nodes), what="every link connected")
+    return nodes
+
+
+def create_channel(node: DaemonProcess, topic: str, channel: str) -> None:
+    assert http_request(node, "POST", f"/topic/create?topic={topic}").status == 200
+    path = f"/channel/create?topic={topic}&channel={channel}"
+    assert http_request(node, "POST", path).status == 200
+
+
+def consumer(node: DaemonProcess, topic: str, channel: str, rdy: int = 1) -> NsqConn:
+    conn = NsqConn(node.tcp_address)
+    conn.send(f"SUB {topic} {channel}\n".encode())
+    conn.expect_ok()
+    conn.send(f"RDY {rdy}\n".encode())
+    return conn
+
+
+def test_a_publish_is_held_by_the_peers_until_finished(
+    group_factory: Callable[..., Group],
+) -> None:
+    group = group_factory(3, 2)
+    a, b, c = started(group, 3)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    pub = NsqConn(a.tcp_address)
+    pub.send(pub_cmd(topic, b"hello"))
+    pub.expect_ok()
+    owner = group.address(0)
+    wait_for(lambda: [held_for(p, owner) for p in (b, c)] == [1, 1], what="copies held for A")
+    sub = consumer(a, topic, channel)
+    msg = sub.expect_message()
+    assert msg.body == b"hello"
+    sub.send(b"FIN " + msg.id + b"\n")
+    wait_for(lambda: [held_for(p, owner) for p in (b, c)] == [0, 0], what="copies dropped")
+    a_stats = stats(a)["replication"]
+    assert a_stats["acks"] == 2 and a_stats["address"] == owner
+    assert all(peer["state"] == "connected" for peer in a_stats["peers"])
+
+
+def test_too_few_peers_reachable_fails_then_recovers(
+    group_factory: Callable[..., Group],
+) -> None:
+    group = group_factory(2, 2, "--sync-every=1")
+    a = group.start(0)
+    topic = unique("rep")
+    refused = {
+        "E_PUB_FAILED PUB failed replicas 1 < 2": pub_cmd(topic, b"one"),
+        "E_MPUB_FAILED MPUB failed replicas 1 < 2": mpub_cmd(topic, [b"one", b"two"]),
+        "E_DPUB_FAILED DPUB failed replicas 1 < 2": dpub_cmd(topic, 100, b"one"),
+    }
+    for error, publish in refused.items():
+        pub = NsqConn(a.tcp_address)
+        pub.send(publish)
+        pub.expect_error(error)  # fatal, as Go's E_PUB_FAILED
+    response = http_request(a, "POST", f"/pub?topic={topic}", b"one")
+    assert (response.status, response.body) == (503, b'{"message":"NOT_ENOUGH_REPLICAS"}')
+    assert http_request(a, "POST", f"/mpub?topic={topic}", b"one\ntwo").status == 503
+    b = group.start(1)
+    wait_for(lambda: all_connected([a, b]), what="A and B linked")
+    pub = NsqConn(a.tcp_address)
+    pub.send(pub_cmd(topic, b"two"))
+    pub.expect_ok()
+    assert http_request(a, "POST", f"/pub?topic={topic}", b"three").status == 200
+    assert http_request(a, "POST", f"/mpub?topic={topic}", b"four\nfive").status == 200
+    pub.send(mpub_cmd(topic, [b"six", b"seven"]))
+    pub.expect_ok()
+    pub.send(dpub_cmd(topic, 100, b"eight"))
+    pub.expect_ok()
+
+
+def test_takeover_of_a_killed_node(group_factory: Callable[..., Group]) -> None:
+    # --sync-every=1: each ACK at once (with the default the peers ACK at --sync-timeout)
+    group = group_factory(3, 2, "--sync-every=1")
+    a, b, c = started(group, 3)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    pub = NsqConn(a.tcp_address)
+    for index in range(100):
+        pub.send(pub_cmd(topic, f"m{index}".encode()))
+        pub.expect_ok()
+    sub = consumer(a, topic, channel, rdy=30)
+    finished = set()
+    for _ in range(30):
+        msg = sub.expect_message()
+        sub.send(b"FIN " + msg.id + b"\n")
+        finished.add(msg.body)
+    owner = group.address(0)
+    wait_for(lambda: [held_for(p, owner) for p in (b, c)] == [70, 70], what="70 held for A")
+    a.kill()
+    # within a few --replica-timeout: every copy of A's unfinished messages taken over
+    taken = [peers_of(p)[owner]["taken_over"] for p in (b, c)]
+    wait_for(
+        lambda: [peers_of(p)[owner]["taken_over"] for p in (b, c)] == [70, 70],
+        timeout=10,
+        what=f"A's 70 taken over (had {taken})",
+    )
+    got: set[bytes] = set()
+    for node in (b, c):
+        conn = consumer(node, topic, channel, rdy=200)
+        delivered = 0
+        while delivered < 70:  # each peer took over all 70 (acks 2 of 3: both held them)
+            msg = conn.expect_message()
+            conn.send(b"FIN " + msg.id + b"\n")
+            got.add(msg.body)
+            delivered += 1
+        conn.expect_nothing(0.5)  # and nothing more: none of the 30 finished comes back
+    expected = {f"m{index}".encode() for index in range(100)} - finished
+    assert got == expected
+    assert not got & finished
+
+
+def test_a_channel_created_on_one_node_exists_on_every_node(
+    group_factory: Callable[..., Group],
+) -> None:
+    group = group_factory(3, 2)
+    a, b, c = started(group, 3)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+
+    def has_channel(node: DaemonProcess) -> bool:
+        topics = {t["topic_name"]: t for t in stats(node)["topics"]}
+        return topic in topics and any(
+            ch["channel_name"] == channel for ch in topics[topic]["channels"]
+        )
+
+    for node in (b, c):
+        wait_for(partial(has_channel, node), what="the channel on a peer")
+    assert http_request(b, "POST", f"/channel/pause?topic={topic}&channel={channel}").status == 200
+
+    def paused(node: DaemonProcess) -> bool:
+        topics = {t["topic_name"]: t for t in stats(node)["topics"]}
+        return any(
+            ch["channel_name"] == channel and ch["paused"] for ch in topics[topic]["channels"]
+        )
+
+    for node in (a, c):
+        wait_for(partial(paused, node), what="the pause on a peer")
+
+
+def test_r1_magic_without_replica_peer_is_a_bad_protocol(tmp_path: Path) -> None:
+    with start_nsqd(tmp_path) as node:
+        conn = NsqConn(node.tcp_address, magic=b"  R1")
+        conn.expect_error("E_BAD_PROTOCOL")
+        assert "replication" not in stats(node)

@@ -5,6 +5,8 @@ group-wide channels, and ``  R1`` refused without --replica-peer."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -179,6 +181,30 @@ def test_too_few_peers_reachable_fails_then_recovers(
     pub.expect_ok()
 
 
+def test_a_waiting_publish_fails_when_its_peer_stops_answering(
+    group_factory: Callable[..., Group],
+) -> None:
+    group = group_factory(2, 2, "--sync-every=1")
+    a, b = started(group, 2)
+    topic = unique("rep")
+    pub = NsqConn(a.tcp_address)
+    pub.send(pub_cmd(topic, b"before"))
+    pub.expect_ok()
+    os.kill(b.pid, signal.SIGSTOP)  # B still counts as reachable for --replica-timeout
+    try:
+        pub.send(pub_cmd(topic, b"while paused"))
+        started_at = time.monotonic()
+        # refused at once if B already counts as unreachable, else after --replica-timeout
+        pub.expect_error("E_PUB_FAILED PUB failed replicas 1 < 2", timeout=6)
+        assert time.monotonic() - started_at < 5
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    wait_for(lambda: all_connected([a, b]), what="B back")
+    pub = NsqConn(a.tcp_address)
+    pub.send(pub_cmd(topic, b"after"))
+    pub.expect_ok()
+
+
 def test_takeover_of_a_killed_node(group_factory: Callable[..., Group]) -> None:
     # --sync-every=1: each ACK at once (with the default the peers ACK at --sync-timeout)
     group = group_factory(3, 2, "--sync-every=1")
@@ -253,3 +279,21 @@ def test_r1_magic_without_replica_peer_is_a_bad_protocol(tmp_path: Path) -> None
         conn = NsqConn(node.tcp_address, magic=b"  R1")
         conn.expect_error("E_BAD_PROTOCOL")
         assert "replication" not in stats(node)
+
+
+def test_a_peer_that_does_not_replicate_shows_in_the_log(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "a").mkdir()
+    with (
+        start_nsqd(tmp_path / "plain") as plain,
+        start_nsqd(
+            tmp_path / "a", f"--replica-peer={plain.tcp}", f"--replica-timeout={TIMEOUT}"
+        ) as node,
+    ):
+        wait_for(
+            lambda: "not a replicating nsqd (E_BAD_PROTOCOL)" in node.log,
+            what="the misconfigured peer logged",
+        )
+        time.sleep(1.5)  # several redials (backoff up to --replica-timeout/2)
+        assert node.log.count("not a replicating nsqd") == 1  # said once, not every retry
+        assert peers_of(node)[plain.tcp]["state"] == "unreachable"

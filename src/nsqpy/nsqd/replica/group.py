@@ -608,12 +608,15 @@ class PeerLink:
     async def run(self) -> None:
         delay = RECONNECT_MIN
         logger = self.replication.nsqd.logger
+        said = ""  # a failure is logged when it differs from the last one, not every retry
         while True:
             try:
                 await self._session()
             except (OSError, TimeoutError, ReplicaProtocolError, ValueError) as exc:
-                if self.up:
-                    logger.warn(f"REPLICA: link to {self.address} lost: {exc!r}")
+                failure = f"{type(exc).__name__}: {exc}"
+                if self.up or failure != said:
+                    logger.warn(f"REPLICA: link to {self.address} failed: {failure}")
+                said = failure
             finally:
                 if self.up:
                     delay = RECONNECT_MIN
@@ -648,7 +651,15 @@ class PeerLink:
                         raise ConnectionResetError("closed by the peer")
                     raise ReplicaProtocolError("closed before WELCOME (not a replicating nsqd?)")
                 self.last_heard = replication.nsqd.now()
-                for frame in parser.feed(data):
+                try:
+                    frames = parser.feed(data)
+                except ReplicaProtocolError as exc:
+                    if self.up:
+                        raise
+                    # Go nsqd, or nsqpy without --replica-peer, answers E_BAD_PROTOCOL
+                    hint = "E_BAD_PROTOCOL" if b"E_BAD_PROTOCOL" in data else str(exc)
+                    raise ReplicaProtocolError(f"not a replicating nsqd ({hint})") from None
+                for frame in frames:
                     self._frame(frame)
         finally:
             pinger.cancel()

@@ -297,3 +297,46 @@ def test_a_peer_that_does_not_replicate_shows_in_the_log(tmp_path: Path) -> None
         time.sleep(1.5)  # several redials (backoff up to --replica-timeout/2)
         assert node.log.count("not a replicating nsqd") == 1  # said once, not every retry
         assert peers_of(node)[plain.tcp]["state"] == "unreachable"
+
+
+def test_takeover_keeps_attempts_and_deferrals(group_factory: Callable[..., Group]) -> None:
+    """In flight, requeued (attempts told to the peers) and deferred (REQ with a delay, DPUB)
+    messages of a killed node: its peers deliver the first two, attempts not lower than A
+    last told them, and keep the others deferred."""
+    group = group_factory(2, 2, "--sync-every=1")
+    a, b = started(group, 2)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    pub = NsqConn(a.tcp_address)
+    for body in (b"in-flight", b"requeued", b"req-deferred"):
+        pub.send(pub_cmd(topic, body))
+        pub.expect_ok()
+    pub.send(dpub_cmd(topic, 60000, b"dpub-deferred"))
+    pub.expect_ok()
+    sub = consumer(a, topic, channel, rdy=3)
+    by_body = {}
+    for _ in range(3):
+        msg = sub.expect_message()
+        by_body[msg.body] = msg
+    sub.send(b"REQ " + by_body[b"requeued"].id + b" 0\n")
+    sub.send(b"REQ " + by_body[b"req-deferred"].id + b" 60000\n")
+    again = sub.expect_message()
+    assert (again.body, again.attempts) == (b"requeued", 2)
+    # a later publish's OK: B stored every event before it (the REQs' ATTEMPTS and DEFER)
+    pub.send(pub_cmd(unique("marker"), b"marker"))
+    pub.expect_ok()
+    owner = group.address(0)
+    assert held_for(b, owner) == 5
+    a.kill()
+    wait_for(lambda: peers_of(b)[owner]["taken_over"] == 5, timeout=10, what="taken over")
+    conn = consumer(b, topic, channel, rdy=10)
+    got = {}
+    for _ in range(2):
+        msg = conn.expect_message()
+        got[msg.body] = msg.attempts
+    conn.expect_nothing(0.5)
+    assert got[b"in-flight"] >= 1
+    assert got[b"requeued"] >= 2  # A counted 1 when it was requeued: never lower
+    topics = {t["topic_name"]: t for t in stats(b)["topics"]}
+    (channel_stats,) = [c for c in topics[topic]["channels"] if c["channel_name"] == channel]
+    assert channel_stats["deferred_count"] == 2

@@ -205,9 +205,12 @@ def test_a_waiting_publish_fails_when_its_peer_stops_answering(
     pub.expect_ok()
 
 
-def test_takeover_of_a_killed_node(group_factory: Callable[..., Group]) -> None:
-    # --sync-every=1: each ACK at once (with the default the peers ACK at --sync-timeout)
-    group = group_factory(3, 2, "--sync-every=1")
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "durable"])
+def test_takeover_of_a_killed_node(group_factory: Callable[..., Group], durable: bool) -> None:
+    # --sync-every=1: each ACK at once (with the default the peers ACK at --sync-timeout);
+    # durable: --mem-queue-size=0 too, every copy on disk (held until finished)
+    extra = ["--sync-every=1", *(["--mem-queue-size=0"] if durable else [])]
+    group = group_factory(3, 2, *extra)
     a, b, c = started(group, 3)
     topic, channel = unique("rep"), unique("ch")
     create_channel(a, topic, channel)

@@ -273,8 +273,21 @@ def test_a_channel_created_on_one_node_exists_on_every_node(
             ch["channel_name"] == channel and ch["paused"] for ch in topics[topic]["channels"]
         )
 
+    def unpaused(node: DaemonProcess) -> bool:
+        return not paused(node)
+
     for node in (a, c):
         wait_for(partial(paused, node), what="the pause on a peer")
+    # a pause then an unpause, at once: every node ends unpaused, and nothing bounces on
+    path = f"topic={topic}&channel={channel}"
+    assert http_request(a, "POST", f"/channel/unpause?{path}").status == 200
+    assert http_request(a, "POST", f"/channel/pause?{path}").status == 200
+    assert http_request(a, "POST", f"/channel/unpause?{path}").status == 200
+    for node in (a, b, c):
+        wait_for(partial(unpaused, node), what="unpaused everywhere")
+    streams = [stats(node)["replication"]["last_seq"] for node in (a, b, c)]
+    time.sleep(0.5)
+    assert [stats(node)["replication"]["last_seq"] for node in (a, b, c)] == streams
 
 
 def test_r1_magic_without_replica_peer_is_a_bad_protocol(tmp_path: Path) -> None:

@@ -129,6 +129,8 @@ class Replication:
         self._short_since: float | None = None
         self._flush_scheduled = False
         self._tasks: list[asyncio.Task[None]] = []
+        #: a peer's CHANNEL or TOPIC operation is being applied: not echoed (see _apply_op)
+        self._applying = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -222,11 +224,11 @@ class Replication:
             self._emit(Defer(topic, channel.name, msg.id, math.ceil(delay * 1000)))
 
     def channel_op(self, topic: str, channel: str, op: str) -> None:
-        if not is_ephemeral(topic) and not is_ephemeral(channel):
+        if not self._applying and not is_ephemeral(topic) and not is_ephemeral(channel):
             self._emit(ChannelOp(topic, channel, op))
 
     def topic_op(self, topic: str, op: str) -> None:
-        if not is_ephemeral(topic):
+        if not self._applying and not is_ephemeral(topic):
             self._emit(TopicOp(topic, op))
 
     # ------------------------------------------------------------------ the OK rule
@@ -363,7 +365,11 @@ class Replication:
             raise ReplicaProtocolError(str(exc)) from None
         for event in fresh:
             if isinstance(event, (ChannelOp, TopicOp)):
-                self._apply_op(event)
+                self._applying = True
+                try:
+                    self._apply_op(event)
+                finally:
+                    self._applying = False
         self._ack(held)
 
     def _new_segment(self, held: _Held, link: InboundLink, first_seq: int) -> _Held:
@@ -408,9 +414,10 @@ class Replication:
     # ------------------------------------------------------------------ group-wide state
 
     def _apply_op(self, event: ChannelOp | TopicOp) -> None:
-        """An owner's CHANNEL or TOPIC operation, applied here when it changes something
-        (a change goes into this node's own stream through the core's hooks; an empty does
-        not, so it cannot come back)."""
+        """An owner's CHANNEL or TOPIC operation, applied here when it changes something,
+        and not put into this node's own stream: "only a change is sent on" would not end
+        for a sequence of changes (a pause then an unpause would bounce between two nodes
+        for ever, each undoing the other's last one); every node hears the owner itself."""
         nsqd = self.nsqd
         topic = nsqd.get_existing_topic(event.topic)
         if event.op == OP_CREATE or (isinstance(event, ChannelOp) and topic is None):

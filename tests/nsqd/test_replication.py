@@ -78,6 +78,7 @@ class Group:
             *peers,
             f"--replica-acks={self.acks}",
             f"--replica-timeout={TIMEOUT}",
+            f"--node-id={index + 1}",  # distinct message IDs across the group
             *self.extra,
         )
         self.nodes[index] = node
@@ -99,7 +100,9 @@ def group_factory(tmp_path: Path) -> Iterator[Callable[..., Group]]:
     groups: list[Group] = []
 
     def make(size: int, acks: int, *extra: str) -> Group:
-        group = Group(tmp_path, size, acks, *extra)
+        base = tmp_path / f"group{len(groups)}"
+        base.mkdir()
+        group = Group(base, size, acks, *extra)
         groups.append(group)
         return group
 
@@ -356,3 +359,17 @@ def test_takeover_keeps_attempts_and_deferrals(group_factory: Callable[..., Grou
     topics = {t["topic_name"]: t for t in stats(b)["topics"]}
     (channel_stats,) = [c for c in topics[topic]["channels"] if c["channel_name"] == channel]
     assert channel_stats["deferred_count"] == 2
+
+
+def told_node_id(node: DaemonProcess) -> bool:
+    return "has this node's --node-id 7" in node.log
+
+
+def test_peers_sharing_a_node_id_are_told(group_factory: Callable[..., Group]) -> None:
+    group = group_factory(2, 1, "--node-id=7")  # (the last --node-id given wins)
+    a, b = started(group, 2)
+    for node in (a, b):
+        wait_for(partial(told_node_id, node), what="the shared --node-id logged")
+    other = group_factory(2, 1)
+    c, d = started(other, 2)
+    assert "--node-id" not in c.log + d.log

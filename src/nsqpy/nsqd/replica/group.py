@@ -131,6 +131,7 @@ class Replication:
         self._tasks: list[asyncio.Task[None]] = []
         #: a peer's CHANNEL or TOPIC operation is being applied: not echoed (see _apply_op)
         self._applying = False
+        self._same_node_id: set[str] = set()  # peers told they share this node's --node-id
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -332,6 +333,14 @@ class Replication:
         owner, incarnation = info.get("node"), info.get("incarnation")
         if not isinstance(owner, str) or not isinstance(incarnation, str) or not incarnation:
             raise ReplicaProtocolError("HELLO without node and incarnation")
+        if info.get("node_id") == self.nsqd.options.node_id and owner not in self._same_node_id:
+            # message IDs are (time, --node-id, sequence): two nodes with one --node-id can
+            # make the same ID, and a taken-over message may then shadow one of this node's
+            self._same_node_id.add(owner)
+            self.nsqd.logger.error(
+                f"REPLICA: peer {owner} has this node's --node-id "
+                f"{self.nsqd.options.node_id}: give each node of the group its own"
+            )
         now = self.nsqd.now()
         for other in [h for h in self.held.values() if h.owner == owner]:
             if other.incarnation != incarnation:  # the owner restarted: its old run is gone
@@ -646,7 +655,11 @@ class PeerLink:
             asyncio.open_connection(self.host, self.port), timeout
         )
         self._writer = writer
-        info = {"node": replication.address, "incarnation": replication.incarnation}
+        info = {
+            "node": replication.address,
+            "incarnation": replication.incarnation,
+            "node_id": replication.nsqd.options.node_id,
+        }
         writer.write(r1.MAGIC_R1 + r1.hello(info))
         parser = r1.FrameParser()
         pinger = replication.nsqd.loop.create_task(self._ping(writer, timeout / 4))

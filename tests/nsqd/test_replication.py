@@ -60,6 +60,7 @@ class Group:
 
     def __init__(self, base: Path, size: int, acks: int, *extra: str) -> None:
         self.base = base
+        self.timeout = TIMEOUT
         self.ports = [free_port() for _ in range(size)]
         self.acks = acks
         self.extra = extra
@@ -77,7 +78,7 @@ class Group:
             f"--tcp-address={self.address(index)}",
             *peers,
             f"--replica-acks={self.acks}",
-            f"--replica-timeout={TIMEOUT}",
+            f"--replica-timeout={self.timeout}",
             f"--node-id={index + 1}",  # distinct message IDs across the group
             *self.extra,
         )
@@ -373,3 +374,28 @@ def test_peers_sharing_a_node_id_are_told(group_factory: Callable[..., Group]) -
     other = group_factory(2, 1)
     c, d = started(other, 2)
     assert "--node-id" not in c.log + d.log
+
+
+def test_a_restarted_peer_catches_up_from_what_it_stored(
+    group_factory: Callable[..., Group],
+) -> None:
+    """B killed and back on its disk within --replica-timeout: A resends from what B's
+    WELCOME says it stored, so B holds every copy again (acks 1: A's OKs do not wait)."""
+    group = group_factory(2, 1, "--sync-every=1")
+    group.timeout = "5s"
+    a, b = started(group, 2)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    pub = NsqConn(a.tcp_address)
+    for index in range(20):
+        pub.send(pub_cmd(topic, f"before{index}".encode()))
+        pub.expect_ok()
+    owner = group.address(0)
+    wait_for(lambda: held_for(b, owner) == 20, what="20 held by B")
+    b.kill()
+    for index in range(30):
+        pub.send(pub_cmd(topic, f"while-down{index}".encode()))
+        pub.expect_ok()
+    b = group.start(1)
+    wait_for(lambda: held_for(b, owner) == 50, what="B caught up")
+    assert "resumes at" not in b.log and "took over" not in b.log  # no gap, no takeover

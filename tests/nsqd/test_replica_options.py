@@ -19,7 +19,7 @@ from nsqpy.nsqd.options import (
 )
 from nsqpy.testing import DaemonProcess
 
-from ..raw_v2 import NsqConn, http_request
+from ..raw_v2 import NsqConn, http_request, pub_cmd
 from .nsqd_storage_support import launch, run_nsqd_to_exit
 
 FATAL = "FATAL: failed to instantiate nsqd - "
@@ -198,8 +198,9 @@ def test_good_values_start_nsqd_and_show_at_config(
     assert http_request(nsqd, "GET", "/config/replica_acks").json() == 3
     assert http_request(nsqd, "GET", "/config/replica_timeout").json() == 2_000_000_000
     conn = NsqConn(nsqd.tcp_address)
-    try:
-        conn.pub("replica_options", b"hello")  # the node serves clients as before
+    try:  # it serves clients; with no peer running, a publish is refused, not downgraded
+        conn.send(pub_cmd("replica_options", b"hello"))
+        conn.expect_error("E_PUB_FAILED PUB failed replicas 1 < 3")
     finally:
         conn.close()
 

@@ -17,20 +17,23 @@ import pytest
 
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from ..raw_v2 import NsqConn, dpub_cmd, free_port, http_request, mpub_cmd, pub_cmd, unique
+from ..raw_v2 import (
+    NsqConn,
+    dpub_cmd,
+    free_port,
+    http_request,
+    mpub_cmd,
+    pub_cmd,
+    unique,
+    wait_until,
+)
 
 TIMEOUT = "1s"
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        time.sleep(0.05)
+    """:func:`wait_until` with room for a group's links and takeovers on a loaded machine."""
+    return wait_until(check, timeout, what)
 
 
 def stats(node: DaemonProcess) -> dict[str, Any]:
@@ -152,6 +155,21 @@ def test_a_publish_is_held_by_the_peers_until_finished(
     a_stats = stats(a)["replication"]
     assert a_stats["acks"] == 2 and a_stats["address"] == owner
     assert all(peer["state"] == "connected" for peer in a_stats["peers"])
+
+
+def test_the_ok_waits_for_the_peers_write_not_its_sync_timeout(
+    group_factory: Callable[..., Group],
+) -> None:
+    """Under the default --sync-every a peer ACKs what it has written, as nsqd's own OK does
+    not wait for an fsync: with a 60 s --sync-timeout every OK still comes at once."""
+    group = group_factory(2, 2, "--sync-timeout=60s")
+    a, b = started(group, 2)
+    topic = unique("rep")
+    pub = NsqConn(a.tcp_address)
+    for index in range(20):
+        pub.send(pub_cmd(topic, b"m%d" % index))
+        pub.expect_ok(timeout=5.0)
+    wait_for(lambda: held_for(b, group.address(0)) == 20, what="20 copies held for A")
 
 
 def test_too_few_peers_reachable_fails_then_recovers(

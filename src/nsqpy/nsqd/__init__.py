@@ -36,6 +36,11 @@ queues), ``inspect``, ``kick``, ``drain``, ``deferred_store`` (deferrals kept ac
 restart), and the durable mode of ``--mem-queue-size=0``: ``topic_held`` and
 ``channel_held``.
 
+Replication (``replica/``, docs/replication.md; on with --replica-peer): ``replica/group.py``
+the runtime (``nsqd.replication``: this node's stream, links, takeover, the OK rule),
+``replica/store.py`` a peer's store of another node's unfinished copies; the frames and
+events are ``nsqpy.protocol.replica``.
+
 PUB -> deliver -> FIN:
 
 1. ``connection.py``: ``Connection.data_received`` parses the bytes into commands

@@ -395,13 +395,15 @@ class Replication:
         return fresh
 
     def _ack(self, held: _Held) -> None:
-        stored = held.offset + held.store.stored_seq
+        """ACK what the store has written: fsynced with --sync-every=1, else in the page cache
+        with its fsync to follow the sync settings, the same promise as this node's own OK."""
+        stored = held.offset + held.store.applied_seq
         if stored > held.acked and held.link is not None:
             held.acked = stored
             held.link.write(r1.ack(stored))
 
     async def _sync_stores(self) -> None:
-        """ACK what --sync-timeout makes durable when --sync-every has not yet."""
+        """Sync what --sync-timeout makes due when --sync-every has not yet."""
         interval = min(SYNC_POLL, max(self.nsqd.options.sync_timeout, 0.01))
         while True:
             await asyncio.sleep(interval)

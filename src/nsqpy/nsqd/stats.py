@@ -315,6 +315,24 @@ def stats_text_steps(
     else:
         out.append("\nProducers:\n")
         out.extend(f"   {_client_line(p)}\n" for p in producers)
+    if nsqd.replication is not None:  # nsqpy --replica-peer only: Go's layout above is kept
+        out.extend(replication_text(nsqd.replication.stats()))
+
+
+def replication_text(replication: dict[str, Any]) -> list[str]:
+    """The ``Replication:`` block of text /stats: this node, then one line per peer."""
+    lines = [
+        "\nReplication:\n",
+        f"   node: {replication['address']} incarnation: {replication['incarnation']} "
+        f"acks: {replication['acks']} seq: {replication['last_seq']}\n",
+    ]
+    for peer in replication["peers"]:
+        lines.append(
+            f"   [{peer['address']:<21}] state: {peer['state']:<11} "
+            f"acked: {peer['acked_seq']:<8} lag: {peer['lag']:<8} "
+            f"held: {peer['held_copies']:<8} taken-over: {peer['taken_over']}\n"
+        )
+    return lines
 
 
 def stats_json_steps(body: dict[str, Any], out: list[bytes]) -> Iterator[None]:

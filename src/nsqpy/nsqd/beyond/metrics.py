@@ -43,6 +43,12 @@ CLIENT_LABELS = (
     "remote_address",
 )
 
+PEER_LABELS = ("peer",)
+_PEER_UP_DOC = "1 if the peer's replication link is connected, else 0"
+_PEER_LAG_DOC = "Events of this node's stream the peer has not acknowledged"
+_HELD_DOC = "Unfinished copies of the peer's messages held here"
+_TAKEN_OVER_DOC = "Messages of the peer this node took over and delivers"
+
 _TOPIC_GAUGES = (
     ("depth", "depth", "Queue depth (memory + backend)"),
     ("backend_depth", "backend_depth", "Queue backend (disk) depth"),
@@ -83,6 +89,8 @@ def metrics_route(nsqd: NSQD) -> RouteHandler:
         out = TextFamilies()
         exclude = nsqd.options.metrics_exclude_ephemeral
         await run_sliced(fill_steps(process, topics or [], exclude, out))
+        if nsqd.replication is not None:  # nothing of it without --replica-peer
+            replication_metrics(nsqd.replication.stats(), out)
         return web.Response(body=out.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     return handle
@@ -258,6 +266,35 @@ def queue_limit_metrics(
         labels,
         stats["queue_refused_count"],
     )
+
+
+def replication_metrics(replication: dict[str, Any], out: Families | TextFamilies) -> None:
+    """``--replica-peer`` (docs/replication.md): this node's acks and, per peer, its link,
+    how far behind this node's stream it is, and the copies of its messages held here."""
+    out.gauge(
+        "nsq_replication_acks",
+        "Durable copies a publish waits for, this node's included (--replica-acks)",
+        (),
+        (),
+        replication["acks"],
+    )
+    for peer in replication["peers"]:
+        labels = (peer["address"],)
+        up = peer["state"] == "connected"
+        out.gauge("nsq_replication_peer_up", _PEER_UP_DOC, PEER_LABELS, labels, up)
+        out.gauge(
+            "nsq_replication_peer_lag_events", _PEER_LAG_DOC, PEER_LABELS, labels, peer["lag"]
+        )
+        out.gauge(
+            "nsq_replication_held_copies", _HELD_DOC, PEER_LABELS, labels, peer["held_copies"]
+        )
+        out.counter(
+            "nsq_replication_taken_over_total",
+            _TAKEN_OVER_DOC,
+            PEER_LABELS,
+            labels,
+            peer["taken_over"],
+        )
 
 
 def e2e_metrics(

@@ -242,8 +242,11 @@ class ClusterInfo:
         now = time.time()
         topics: list[Json] = []
         channels: dict[str, Json] = {}
+        replication: dict[str, Json] = {}
         for addr, data in values:
             hostname = by_address[addr]["hostname"]
+            if isinstance(data.get("replication"), dict):
+                replication[addr] = data["replication"]
             for raw in data.get("topics") or []:
                 stats = topic_from_nsqd(raw, addr, hostname, now)
                 if topic and stats["topic_name"] != topic:
@@ -256,7 +259,7 @@ class ClusterInfo:
                         channels[key] = new_channel_aggregate(stats["topic_name"], name, addr)
                     channel_add(channels[key], channel_stats)
         topics.sort(key=by_host)
-        return Result(NodeStats(topics, channels), failures)
+        return Result(NodeStats(topics, channels, replication), failures)
 
     async def inspect_channel(
         self, producers: Sequence[Json], topic: str, channel: str, limit: int

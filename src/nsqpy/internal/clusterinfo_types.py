@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..internal.net import join_host_port
@@ -353,6 +353,8 @@ class NodeStats:
 
     topics: list[Json]
     channels: dict[str, Json]
+    #: nsqpy nsqd with --replica-peer: its /stats "replication" object, by HTTP address
+    replication: dict[str, Json] = field(default_factory=dict)
 
 
 @dataclass

@@ -222,6 +222,9 @@ class ReadHandlers(AdminContext):
             "total_topics": len(topics),
             "unreachable": warnings.unreachable(),
         }
+        replication = result.value.replication.get(node)
+        if replication is not None:  # the node page's Replication table; absent otherwise
+            body["replication"] = replication
         return v1_json(body)
 
     async def counter(self, request: web.Request) -> web.Response:

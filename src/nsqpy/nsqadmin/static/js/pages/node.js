@@ -2,7 +2,7 @@
 import { api, get, history, basePath, topicPath } from "../api.js";
 import { html } from "../html.js";
 import { commafy, duration } from "../format.js";
-import { warningBanner, notice, tableScroll } from "../ui.js";
+import { warningBanner, notice, tableScroll, label } from "../ui.js";
 import { graphActive, graphImg, largeGraphUrl } from "../graphite.js";
 import { pausedLabel, memoryDisk, liveCards, runAction, lossText, bindActions } from "./common.js";
 import { clientAttributes, clientHost } from "./channel.js";
@@ -67,13 +67,14 @@ export class NodePage {
         )}</div>`
       : "";
     const banner = warningBanner(d.message, d.unreachable);
+    const replication = replicationTable(d.replication);
     if (!topics.length) {
-      return html`${banner}${head}${graphs}${liveCards(this.hist, "node")}${notice(
+      return html`${banner}${head}${graphs}${liveCards(this.hist, "node")}${replication}${notice(
         "Notice",
         "No topics exist on this node.",
       )}`;
     }
-    return html`${banner}${head}${graphs}${liveCards(this.hist, "node")}
+    return html`${banner}${head}${graphs}${liveCards(this.hist, "node")}${replication}
       <p id="node-summary"><strong>${commafy(d.total_topics ?? topics.length)}</strong> Topics ·
         <strong>${commafy(d.total_messages)}</strong> Messages ·
         <strong>${commafy(d.total_clients)}</strong> Clients</p>
@@ -142,4 +143,26 @@ export class NodePage {
         <td class="num">${commafy(clients.length)}</td></tr>
       ${clientRows}`;
   }
+}
+
+// nsqd --replica-peer only (its /stats "replication"): this node and, per peer, the link's
+// state, how far the peer is behind this node's stream, the copies of the peer's messages held
+// here and those taken over. Nothing is shown for a node that does not replicate.
+function replicationTable(r) {
+  if (!r) return "";
+  const peers = r.peers || [];
+  return html`<h4>Replication</h4>
+    <p id="replication-summary"><strong>${r.address}</strong> · incarnation
+      <code>${r.incarnation}</code> · acks <strong>${commafy(r.acks)}</strong> · stream
+      sequence <strong>${commafy(r.last_seq)}</strong></p>
+    ${tableScroll(html`<table class="table" id="replication">
+      <tr><th>Peer</th><th>State</th><th class="num">Acked Seq</th><th class="num">Lag</th>
+        <th class="num">Copies Held</th><th class="num">Taken Over</th></tr>
+      ${peers.map(
+        (p) => html`<tr data-peer="${p.address}"><td>${p.address}</td>
+          <td>${label(p.state, p.state === "connected" ? "success" : "danger")}</td>
+          <td class="num">${commafy(p.acked_seq)}</td><td class="num">${commafy(p.lag)}</td>
+          <td class="num">${commafy(p.held_copies)}</td>
+          <td class="num">${commafy(p.taken_over)}</td></tr>`,
+      )}</table>`)}`;
 }

@@ -470,6 +470,22 @@ class Replication:
         elif op == OP_DELETE:
             self.nsqd.delete_existing_topic(topic.name)
 
+    def announce_state(self) -> None:
+        """This node's topics and channels, each created and paused or unpaused, into the
+        stream: a restarted peer missed the operations made while it was down once the
+        stream no longer keeps them. Applied only where they change something."""
+        for topic in list(self.nsqd.topics.values()):
+            if topic.ephemeral:
+                continue
+            self._emit(TopicOp(topic.name, OP_CREATE))
+            self._emit(TopicOp(topic.name, OP_PAUSE if topic.paused else OP_UNPAUSE))
+            for channel in list(topic.channels.values()):
+                if channel.ephemeral:
+                    continue
+                self._emit(ChannelOp(topic.name, channel.name, OP_CREATE))
+                pause = OP_PAUSE if channel.paused else OP_UNPAUSE
+                self._emit(ChannelOp(topic.name, channel.name, pause))
+
     # ------------------------------------------------------------------ takeover
 
     async def _watch(self) -> None:
@@ -613,6 +629,7 @@ class PeerLink:
         self.acked = 0
         self.last_heard = 0.0
         self.down_since = replication.nsqd.now()
+        self.peer_incarnation: str | None = None  # the peer's run this link last linked to
         self._writer: asyncio.StreamWriter | None = None
 
     def reachable(self, now: float) -> bool:
@@ -701,6 +718,11 @@ class PeerLink:
         stored = info.get("stored")
         if not isinstance(stored, int) or stored < 0:
             raise ReplicaProtocolError("WELCOME without stored")
+        incarnation = info.get("incarnation")
+        # the peer restarted since this link last linked to it (not this node's own first
+        # link: a node that was down may hold stale state, and must not impose it)
+        restarted = self.peer_incarnation is not None and incarnation != self.peer_incarnation
+        self.peer_incarnation = incarnation if isinstance(incarnation, str) else None
         stream = self.replication.stream
         # resend what the peer lacks if still kept, else (it fell behind) only what is new
         self.sent = stored if stored >= stream.base - 1 else stream.last
@@ -712,6 +734,8 @@ class PeerLink:
         if self.sent < stream.last:
             self.send_events(self.sent + 1, stream.since(self.sent + 1))
             self.sent = stream.last
+        if restarted:
+            self.replication.announce_state()
         self.replication._resolve_waiters()
 
     def write(self, data: bytes) -> None:

@@ -1,0 +1,201 @@
+"""Replicated topics at their edges, between real nsqd processes (docs/replication.md, "Faults
+and their outcome"): a partition that heals after a takeover, a peer that falls behind and
+catches up, a channel created while a node is down, and too few peers reachable mid-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+
+from nsqpy.testing import DaemonProcess
+
+from ..raw_v2 import NsqConn, http_request, pub_cmd, unique
+from .test_replication import (
+    Group,
+    all_connected,
+    consumer,
+    create_channel,
+    group_factory,
+    held_for,
+    peers_of,
+    started,
+    stats,
+    wait_for,
+)
+
+__all__ = ["group_factory"]  # the fixture, used by name
+
+
+def publish(node: DaemonProcess, topic: str, bodies: list[bytes]) -> None:
+    pub = NsqConn(node.tcp_address)
+    for body in bodies:
+        pub.send(pub_cmd(topic, body))
+        pub.expect_ok(timeout=10.0)
+    pub.close()
+
+
+def drain(conns: list[NsqConn], quiet: float) -> Counter[bytes]:
+    """Every message the consumers get (each FINed) until none comes for ``quiet`` seconds
+    on any of them; deliveries counted by body."""
+    got: Counter[bytes] = Counter()
+    deadline = time.monotonic() + 60  # bounded however the group behaves
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < quiet and time.monotonic() < deadline:
+        for conn in conns:
+            try:
+                msg = conn.expect_message(timeout=0.1)
+            except TimeoutError:
+                continue
+            conn.send(b"FIN " + msg.id + b"\n")
+            got[msg.body] += 1
+            idle_since = time.monotonic()
+    return got
+
+
+def nothing_held(nodes: list[DaemonProcess]) -> bool:
+    return all(peer["held_copies"] == 0 for node in nodes for peer in peers_of(node).values())
+
+
+def test_a_partition_that_heals_after_a_takeover(group_factory: Callable[..., Group]) -> None:
+    """A paused past --replica-timeout: B and C take over its 50 unfinished messages while A
+    still has them. Once A is back every message is delivered at least once; the duplicates
+    are bounded by what was unfinished (each of the three nodes delivers each at most once)
+    and the group settles with nothing held once everything is finished."""
+    group = group_factory(3, 2, "--sync-every=1")
+    a, b, c = nodes = started(group, 3)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    bodies = [f"m{index}".encode() for index in range(50)]
+    publish(a, topic, bodies)
+    owner = group.address(0)
+    wait_for(lambda: [held_for(p, owner) for p in (b, c)] == [50, 50], what="50 held for A")
+    os.kill(a.pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        wait_for(
+            lambda: [peers_of(p)[owner]["taken_over"] for p in (b, c)] == [50, 50],
+            timeout=20,
+            what="A's 50 taken over by B and C",
+        )
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - stopped_at)))  # 3 x --replica-timeout
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    wait_for(lambda: all_connected(nodes), timeout=20, what="the group linked again")
+    conns = [consumer(node, topic, channel, rdy=100) for node in nodes]
+    got = drain(conns, quiet=2.0)
+    assert set(got) == set(bodies)  # nothing lost
+    duplicates = sum(got.values()) - len(bodies)
+    assert sum(got.values()) <= 50 * 3, got  # at most once per node: bounded by the unfinished
+    print(f"deliveries {sum(got.values())}, duplicates {duplicates}")
+    wait_for(lambda: all_connected(nodes), what="every link connected")
+    wait_for(lambda: nothing_held(nodes), timeout=20, what="every held copy dropped")
+
+
+def test_a_peer_that_falls_behind_catches_up(group_factory: Callable[..., Group]) -> None:
+    """C paused for less than --replica-timeout while A takes 200 publishes (B's ACKs make
+    the OKs): C catches up from A's stream, holds what B holds, and takes nothing over."""
+    group = group_factory(3, 2, "--sync-every=1")
+    group.timeout = "2s"
+    a, b, c = nodes = started(group, 3)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    owner, c_address = group.address(0), group.address(2)
+    pub = NsqConn(a.tcp_address)
+    during_pause, lag_seen = 0, 0
+    os.kill(c.pid, signal.SIGSTOP)
+    paused_at = time.monotonic()
+    try:
+        for index in range(200):
+            pub.send(pub_cmd(topic, f"m{index}".encode()))
+            pub.expect_ok(timeout=1.5)  # from B's ACK: C's silence holds nothing up
+            if not lag_seen and time.monotonic() - paused_at < 0.4:
+                during_pause += 1
+            elif not lag_seen:
+                lag_seen = peers_of(a)[c_address]["lag"]
+                os.kill(c.pid, signal.SIGCONT)
+        if not lag_seen:  # every publish came within the pause
+            lag_seen = peers_of(a)[c_address]["lag"]
+            time.sleep(max(0.0, 0.4 - (time.monotonic() - paused_at)))
+    finally:
+        os.kill(c.pid, signal.SIGCONT)
+    assert during_pause >= 1 and lag_seen >= 1, (during_pause, lag_seen)
+    wait_for(lambda: [held_for(p, owner) for p in (b, c)] == [200, 200], what="C caught up")
+    assert [peers_of(p)[owner]["taken_over"] for p in (b, c)] == [0, 0]
+    assert "took over" not in c.log + b.log
+    assert all_connected(nodes)
+    assert peers_of(a)[c_address]["lag"] == 0
+    print(f"published during the pause {during_pause}, A's lag for C then {lag_seen}")
+
+
+def has_channel(node: DaemonProcess, topic: str, channel: str) -> bool:
+    topics = {t["topic_name"]: t for t in stats(node)["topics"]}
+    return topic in topics and any(
+        ch["channel_name"] == channel for ch in topics[topic]["channels"] or []
+    )
+
+
+def paused_channel(node: DaemonProcess, topic: str, channel: str) -> bool:
+    topics = {t["topic_name"]: t for t in stats(node)["topics"]}
+    return any(
+        ch["channel_name"] == channel and ch["paused"] for ch in topics[topic]["channels"] or []
+    )
+
+
+def test_a_channel_created_while_a_node_is_down(group_factory: Callable[..., Group]) -> None:
+    """C stopped; on A a topic and a paused channel created, and an old channel unpaused
+    (A's stream moves on past what it keeps for C); C restarted on its disk: once linked
+    again it has the group's state, and its own stale pause does not come back."""
+    group = group_factory(3, 2)
+    a, b, c = nodes = started(group, 3)
+    old_topic, old_channel = unique("rep"), unique("ch")
+    create_channel(a, old_topic, old_channel)
+    pause_old = f"topic={old_topic}&channel={old_channel}"
+    assert http_request(a, "POST", f"/channel/pause?{pause_old}").status == 200
+    wait_for(partial(paused_channel, c, old_topic, old_channel), what="the old pause on C")
+    c.stop()
+    time.sleep(1.5)  # past --replica-timeout: A's stream keeps no events for C
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    path = f"/channel/pause?topic={topic}&channel={channel}"
+    assert http_request(a, "POST", path).status == 200
+    assert http_request(a, "POST", f"/channel/unpause?{pause_old}").status == 200
+    wait_for(partial(paused_channel, b, topic, channel), what="the paused channel on B")
+    wait_for(lambda: not paused_channel(b, old_topic, old_channel), what="unpaused on B")
+    publish(a, topic, [b"while C is down"])  # B's ACK trims A's stream past the ops
+    c = group.start(2)
+    nodes[2] = c
+    wait_for(lambda: all_connected(nodes), what="C linked again")
+    wait_for(partial(has_channel, c, topic, channel), what="the channel on C")
+    wait_for(partial(paused_channel, c, topic, channel), what="its pause on C")
+    wait_for(lambda: not paused_channel(c, old_topic, old_channel), what="unpaused on C")
+    time.sleep(0.5)  # C's own view, from before, is not sent back to the others
+    assert not any(paused_channel(node, old_topic, old_channel) for node in nodes)
+
+
+def test_a_lost_peer_fails_mpub_then_recovers(group_factory: Callable[..., Group]) -> None:
+    """A linked group loses B: /mpub answers 503 once B counts as unreachable, 200 again
+    once B is back, and what was acknowledged is delivered."""
+    group = group_factory(2, 2, "--sync-every=1")
+    a, b = started(group, 2)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    assert http_request(a, "POST", f"/mpub?topic={topic}", b"one\ntwo").status == 200
+    b.kill()
+
+    def mpub_status() -> int | None:
+        status = http_request(a, "POST", f"/mpub?topic={topic}", b"lost\nlost", timeout=10).status
+        return status if status == 503 else None  # a 200 is also delivered: counted below
+
+    wait_for(mpub_status, timeout=20, what="/mpub refused with 503")
+    response = http_request(a, "POST", f"/mpub?topic={topic}", b"three\nfour")
+    assert (response.status, response.body) == (503, b'{"message":"NOT_ENOUGH_REPLICAS"}')
+    b = group.start(1)
+    wait_for(lambda: all_connected([a, b]), what="B back")
+    assert http_request(a, "POST", f"/mpub?topic={topic}", b"five\nsix").status == 200
+    got = drain([consumer(a, topic, channel, rdy=100)], quiet=1.0)
+    assert {b"one", b"two", b"five", b"six"} <= set(got)
+    assert not {b"three", b"four"} & set(got)

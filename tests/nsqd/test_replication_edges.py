@@ -199,3 +199,17 @@ def test_a_lost_peer_fails_mpub_then_recovers(group_factory: Callable[..., Group
     got = drain([consumer(a, topic, channel, rdy=100)], quiet=1.0)
     assert {b"one", b"two", b"five", b"six"} <= set(got)
     assert not {b"three", b"four"} & set(got)
+
+
+def test_a_channel_created_before_a_node_first_joins(group_factory: Callable[..., Group]) -> None:
+    """C starts long after A and B made a channel: A's first link to C announces it."""
+    group = group_factory(3, 2)
+    a, b = group.start(0), group.start(1)
+    wait_for(lambda: peers_of(a)[group.address(1)]["state"] == "connected", what="A-B linked")
+    time.sleep(1.5)  # past --replica-timeout: A's stream keeps no events for C
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    publish(a, topic, [b"before C"])  # B's ACK trims A's stream past the ops
+    c = group.start(2)
+    wait_for(lambda: all_connected([a, b, c]), what="C linked")
+    wait_for(partial(has_channel, c, topic, channel), what="the channel on C")

@@ -132,6 +132,7 @@ class Replication:
         #: a peer's CHANNEL or TOPIC operation is being applied: not echoed (see _apply_op)
         self._applying = False
         self._same_node_id: set[str] = set()  # peers told they share this node's --node-id
+        self.started_at = nsqd.now()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -538,13 +539,13 @@ class Replication:
                 continue
             topic = nsqd.get_topic(name)
             if topic_taken.paused and not topic.paused:
-                topic.pause()
+                self._pause_as_applied(topic)
             for channel_taken in topic_taken.channels.values():
                 if is_ephemeral(channel_taken.name):
                     continue
                 channel = topic.get_channel(channel_taken.name)
                 if channel_taken.paused and not channel.paused:
-                    channel.pause()
+                    self._pause_as_applied(channel)
                 for taken_msg in channel_taken.messages:
                     msg = Message(
                         taken_msg.msg_id, taken_msg.body, taken_msg.timestamp, taken_msg.attempts
@@ -576,6 +577,15 @@ class Replication:
                 count += 1
         nsqd.persistence.persist_metadata()
         return count
+
+    def _pause_as_applied(self, target: Topic | Channel) -> None:
+        """The owner's pause, as its store last knew it: applied like the owner's own event,
+        not sent on (the owner sent it to every node; a stale one must not spread)."""
+        self._applying = True
+        try:
+            target.pause()
+        finally:
+            self._applying = False
 
     @staticmethod
     def _put_copy(channel: Channel, msg: Message, defer: float) -> None:
@@ -719,9 +729,14 @@ class PeerLink:
         if not isinstance(stored, int) or stored < 0:
             raise ReplicaProtocolError("WELCOME without stored")
         incarnation = info.get("incarnation")
-        # the peer restarted since this link last linked to it (not this node's own first
-        # link: a node that was down may hold stale state, and must not impose it)
-        restarted = self.peer_incarnation is not None and incarnation != self.peer_incarnation
+        replication = self.replication
+        # a peer run this link has not linked to yet may have missed operations the stream
+        # no longer keeps; but a node in its first --replica-timeout is itself the one
+        # joining: its state may be stale, its peers announce theirs to it
+        joining = replication.nsqd.now() - replication.started_at < replication.timeout
+        announce = incarnation != self.peer_incarnation and (
+            self.peer_incarnation is not None or not joining
+        )
         self.peer_incarnation = incarnation if isinstance(incarnation, str) else None
         stream = self.replication.stream
         # resend what the peer lacks if still kept, else (it fell behind) only what is new
@@ -734,8 +749,11 @@ class PeerLink:
         if self.sent < stream.last:
             self.send_events(self.sent + 1, stream.since(self.sent + 1))
             self.sent = stream.last
-        if restarted:
-            self.replication.announce_state()
+        if announce:
+            replication.announce_state()
+            replication.nsqd.logger.info(
+                f"REPLICA: topics and channels announced for {self.address} ({incarnation})"
+            )
         self.replication._resolve_waiters()
 
     def write(self, data: bytes) -> None:

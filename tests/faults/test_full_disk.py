@@ -209,9 +209,14 @@ def test_a_crash_during_the_fault_loses_no_acknowledged_message(
     finished = consume_from(nsqd, "t", "c", len(first) // 2, timeout=30.0)
     assert nsqd.kill() == -9
     filler.unlink()
-    assert not list((disk / "data").glob("*.tmp"))
+    # A failed metadata write removes its temporary file; one the SIGKILL cut short may leave
+    # it (at most one per file being written: the topic's and the channel's queue metadata,
+    # nsqd.dat), and start-up removes those.
+    left = list((disk / "data").glob("*.tmp"))
+    assert len(left) <= 3, left
 
     nsqd.start(15.0)
+    assert not any(path.exists() for path in left)
     # (the topic copies again what it copied since its last metadata write: no fixed count)
     rest = consume_all(nsqd, "t", "c", timeout=30.0)
     got = Counter(m.body for m in finished + rest)

@@ -384,11 +384,17 @@ def told_node_id(node: DaemonProcess) -> bool:
     return "has this node's --node-id 7" in node.log
 
 
-def test_peers_sharing_a_node_id_are_told(group_factory: Callable[..., Group]) -> None:
-    group = group_factory(2, 1, "--node-id=7")  # (the last --node-id given wins)
-    a, b = started(group, 2)
+def test_peers_sharing_a_node_id_are_refused(group_factory: Callable[..., Group]) -> None:
+    """Message IDs are built from --node-id: two peers with one could mint the same ID, so
+    they do not link, and a publish needing both is refused rather than risked."""
+    group = group_factory(2, 2, "--node-id=7")  # (the last --node-id given wins)
+    a, b = group.start(0), group.start(1)
     for node in (a, b):
         wait_for(partial(told_node_id, node), what="the shared --node-id logged")
+    assert not all_connected([a, b])
+    pub = NsqConn(a.tcp_address)
+    pub.send(pub_cmd(unique("rep"), b"m"))
+    pub.expect_error("E_PUB_FAILED PUB failed replicas 1 < 2")
     other = group_factory(2, 1)
     c, d = started(other, 2)
     assert "--node-id" not in c.log + d.log

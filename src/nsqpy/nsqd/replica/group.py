@@ -334,14 +334,18 @@ class Replication:
         owner, incarnation = info.get("node"), info.get("incarnation")
         if not isinstance(owner, str) or not isinstance(incarnation, str) or not incarnation:
             raise ReplicaProtocolError("HELLO without node and incarnation")
-        if info.get("node_id") == self.nsqd.options.node_id and owner not in self._same_node_id:
+        if info.get("node_id") == self.nsqd.options.node_id:
             # message IDs are (time, --node-id, sequence): two nodes with one --node-id can
-            # make the same ID, and a taken-over message may then shadow one of this node's
-            self._same_node_id.add(owner)
-            self.nsqd.logger.error(
-                f"REPLICA: peer {owner} has this node's --node-id "
-                f"{self.nsqd.options.node_id}: give each node of the group its own"
-            )
+            # make the same ID, and a taken-over message may then shadow one of this node's.
+            # Refused, so the group's publishes fail loudly rather than risk that.
+            if owner not in self._same_node_id:
+                self._same_node_id.add(owner)
+                self.nsqd.logger.error(
+                    f"REPLICA: peer {owner} has this node's --node-id "
+                    f"{self.nsqd.options.node_id}: refused; give each node of the group its own"
+                )
+            link.close()
+            return
         now = self.nsqd.now()
         for other in [h for h in self.held.values() if h.owner == owner]:
             if other.incarnation != incarnation:  # the owner restarted: its old run is gone

@@ -5,15 +5,18 @@ catches up, a channel created while a node is down, and too few peers reachable 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
+import pytest
+
 from nsqpy.testing import DaemonProcess
 
-from ..raw_v2 import NsqConn, http_request, pub_cmd, unique
+from ..raw_v2 import NsqConn, dpub_cmd, http_request, pub_cmd, unique
 from .test_replication import (
     Group,
     all_connected,
@@ -213,3 +216,61 @@ def test_a_channel_created_before_a_node_first_joins(group_factory: Callable[...
     c = group.start(2)
     wait_for(lambda: all_connected([a, b, c]), what="C linked")
     wait_for(partial(has_channel, c, topic, channel), what="the channel on C")
+
+
+def lose(group: Group, index: int) -> None:
+    """The node killed -9 and its data path deleted: the machine and its disk are gone."""
+    group.node(index).kill()
+    shutil.rmtree(group.base / f"node{index}")
+
+
+def finish(node: DaemonProcess, topic: str, channel: str, count: int) -> set[bytes]:
+    """Consume and FIN ``count`` messages from ``node``; their bodies."""
+    conn = consumer(node, topic, channel, rdy=count)
+    finished = set()
+    for _ in range(count):
+        msg = conn.expect_message(timeout=10.0)
+        conn.send(b"FIN " + msg.id + b"\n")
+        finished.add(msg.body)
+    conn.send(b"CLS\n")
+    conn.close()
+    return finished
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "durable"])
+def test_a_blank_disk_rejoin_gets_its_copies_back(
+    group_factory: Callable[..., Group], durable: bool
+) -> None:
+    """B lost (killed, its disk deleted) and back empty: A's snapshot gives it the copies it
+    should hold: queued, in flight, deferred, and those published while it was away. Then C
+    and A are lost too, and B alone delivers every message A acknowledged and nobody
+    finished, each once; no finished one comes back."""
+    extra = ("--sync-every=1", "--mem-queue-size=0") if durable else ()
+    group = group_factory(3, 2, *extra)
+    a, b, c = started(group, 3)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    owner = group.address(0)
+    publish(a, topic, [f"before{index}".encode() for index in range(20)])
+    finished = finish(a, topic, channel, 5)
+    lose(group, 1)
+    publish(a, topic, [f"away{index}".encode() for index in range(20)])  # C's ACKs
+    deferrer = NsqConn(a.tcp_address)
+    deferrer.send(dpub_cmd(topic, 2000, b"deferred"))
+    deferrer.expect_ok()
+    holder = consumer(a, topic, channel, rdy=2)  # two in flight, never finished
+    in_flight = {holder.expect_message(timeout=10.0).body for _ in range(2)}
+    wait_for(lambda: held_for(c, owner) == 36, what="36 held by C")
+    b = group.start(1)
+    wait_for(lambda: all_connected([a, b, c]), what="B linked again")
+    wait_for(lambda: held_for(b, owner) == 36, what="A's snapshot held by B")
+    assert "snapshot of 36 copies" in a.log
+    assert held_for(c, owner) == 36  # the snapshot's PUTs of what C holds add nothing
+    lose(group, 2)
+    lose(group, 0)
+    wait_for(lambda: peers_of(b)[owner]["taken_over"] == 36, timeout=20, what="B took over")
+    got = drain([consumer(b, topic, channel, rdy=100)], quiet=2.5)
+    expected = {f"before{index}".encode() for index in range(20)} - finished
+    expected |= {f"away{index}".encode() for index in range(20)} | {b"deferred"}
+    assert in_flight <= expected
+    assert got == Counter(dict.fromkeys(expected, 1))

@@ -46,6 +46,7 @@ from ..backend_writes import ack_after
 from ..errors import BackendWriteError
 from ..message import Message
 from ..options import ReplicaOptionError, parse_replica_peer
+from .snapshot import live_events
 from .store import ReplicaStore, ReplicaStoreError, SequenceGap, Takeover, list_stores
 
 if TYPE_CHECKING:
@@ -224,6 +225,14 @@ class Replication:
         self._emit(Attempts(topic, channel.name, msg.id, min(msg.attempts, 0xFFFF)))
         if delay > 0:
             self._emit(Defer(topic, channel.name, msg.id, math.ceil(delay * 1000)))
+
+    def send_snapshot(self) -> int:
+        """What this node owns, as PUTs into the stream (snapshot.py); how many."""
+        count = 0
+        for event in live_events(self.nsqd):
+            self._emit(event)
+            count += 1
+        return count
 
     def channel_op(self, topic: str, channel: str, op: str) -> None:
         if not self._applying and not is_ephemeral(topic) and not is_ephemeral(channel):
@@ -743,8 +752,10 @@ class PeerLink:
         )
         self.peer_incarnation = incarnation if isinstance(incarnation, str) else None
         stream = self.replication.stream
-        # resend what the peer lacks if still kept, else (it fell behind) only what is new
-        self.sent = stored if stored >= stream.base - 1 else stream.last
+        # resend what the peer lacks if the stream still keeps it; else (a blank disk, or it
+        # fell behind) it gets a snapshot of what this node owns, then what is new
+        lacks_dropped = stored < stream.base - 1
+        self.sent = stream.last if lacks_dropped else stored
         self.acked = stored
         self.up = True
         self.replication.nsqd.logger.info(
@@ -753,10 +764,16 @@ class PeerLink:
         if self.sent < stream.last:
             self.send_events(self.sent + 1, stream.since(self.sent + 1))
             self.sent = stream.last
-        if announce:
+        if announce or lacks_dropped:
             replication.announce_state()
             replication.nsqd.logger.info(
                 f"REPLICA: topics and channels announced for {self.address} ({incarnation})"
+            )
+        if lacks_dropped:
+            count = replication.send_snapshot()
+            replication.nsqd.logger.info(
+                f"REPLICA: snapshot of {count} copies for {self.address}, which lacks "
+                f"{stored + 1}..{stream.base - 1}"
             )
         self.replication._resolve_waiters()
 

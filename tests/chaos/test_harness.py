@@ -8,13 +8,24 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from nsqpy.chaos.__main__ import fault_classes
 from nsqpy.chaos.__main__ import main as chaos_main
 from nsqpy.chaos.checker import check
-from nsqpy.chaos.faults import FAULT_CLASSES, make_schedule
+from nsqpy.chaos.daemons import ClusterOptions, nsqd_args
+from nsqpy.chaos.faults import (
+    FAULT_CLASSES,
+    NODE_LOST,
+    REPLICATED_FAULT_CLASSES,
+    empty_directory,
+    make_schedule,
+)
 from nsqpy.chaos.netns import NAME_PREFIX, list_netns, netns_pids
+from nsqpy.chaos.report import build_report, format_text
+from nsqpy.chaos.runner import RunOptions
 from nsqpy.chaos.spark import check_archive
 from nsqpy.chaos.workload import classify
 from nsqpy.client import ConnectionClosedError, NoConnectionsError, ServerError
@@ -153,3 +164,141 @@ def test_the_archive_is_deduplicated_on_nsqd_and_id_and_compared_with_the_acknow
     assert result["unexpected"] == 1
     assert not result["equals_acknowledged"]
     assert check_archive(rows[:3], acked={1, 2}, invoked={1, 2})["equals_acknowledged"]
+
+
+def test_a_replicated_schedule_covers_node_lost_in_its_first_round():
+    nsqds, lookupds = ["nsqd1", "nsqd2", "nsqd3"], ["lookupd1", "lookupd2"]
+    schedule = make_schedule(34322, 60, nsqds, lookupds, 3.0, REPLICATED_FAULT_CLASSES)
+    assert (*FAULT_CLASSES, NODE_LOST) == REPLICATED_FAULT_CLASSES
+    assert [f.kind for f in schedule] == [
+        "kill-nsqd",
+        "kill-lookupd",
+        "node-lost",
+        "disk-full",
+        "degrade-link",
+        "partition-nsqd",
+        "pause-nsqd",
+    ]
+    assert all(f.target in nsqds for f in schedule if f.kind == NODE_LOST)
+    assert schedule[-1].at + schedule[-1].hold <= 60
+    # the classes given are the classes drawn: no node-lost unless asked for
+    assert NODE_LOST not in {f.kind for f in make_schedule(3, 600, nsqds, lookupds, 3.0)}
+    only = make_schedule(3, 120, nsqds, lookupds, 3.0, (NODE_LOST, "kill-nsqd"))
+    assert {f.kind for f in only} == {NODE_LOST, "kill-nsqd"}
+
+
+def test_the_schedule_classes_follow_replication_and_faults():
+    assert RunOptions().schedule_classes() == FAULT_CLASSES
+    replicated = RunOptions(cluster=ClusterOptions(replicated=True))
+    assert replicated.schedule_classes() == REPLICATED_FAULT_CLASSES
+    go = RunOptions(
+        cluster=ClusterOptions(nsqd_bin="/go/nsqd"), fault_classes=REPLICATED_FAULT_CLASSES
+    )
+    assert go.schedule_classes() == REPLICATED_FAULT_CLASSES
+    assert RunOptions(spark=True).schedule_classes() == (*FAULT_CLASSES, "kill-spark")
+
+
+def test_replicated_nsqds_peer_with_each_other_under_their_own_node_ids():
+    options = ClusterOptions(replicated=True, replica_acks=2, replica_timeout=3.0)
+    everyone = ["198.18.0.11:4150", "198.18.0.12:4150", "198.18.0.13:4150"]
+    lookupds = ["198.18.0.21:4160"]
+    args = nsqd_args(options, 1, "198.18.0.12", Path("/d/nsqd2"), lookupds, everyone)
+    assert args[:7] == [
+        "--tcp-address=198.18.0.12:4150",
+        "--http-address=198.18.0.12:4151",
+        "--broadcast-address=198.18.0.12",
+        "--data-path=/d/nsqd2",
+        "--mem-queue-size=0",
+        "--sync-every=1",
+        "--msg-timeout=5000ms",
+    ]
+    assert args[7:] == [
+        "--lookupd-tcp-address=198.18.0.21:4160",
+        "--node-id=2",
+        "--replica-peer=198.18.0.11:4150",
+        "--replica-peer=198.18.0.13:4150",
+        "--replica-acks=2",
+        "--replica-timeout=3000ms",
+    ]
+    ids = {
+        a
+        for i, host in enumerate(["198.18.0.11", "198.18.0.12", "198.18.0.13"])
+        for a in nsqd_args(options, i, host, Path("/d"), lookupds, everyone)
+        if a.startswith("--node-id=")
+    }
+    assert ids == {"--node-id=1", "--node-id=2", "--node-id=3"}
+    plain = nsqd_args(ClusterOptions(), 1, "198.18.0.12", Path("/d"), lookupds, everyone)
+    assert not [a for a in plain if a.startswith(("--replica-", "--node-id"))]
+
+
+def test_replicated_with_another_nsqd_binary_is_refused(capsys):
+    with pytest.raises(ValueError, match="no --replica-\\* flags"):
+        ClusterOptions(replicated=True, nsqd_bin="/work/go-nsq/bin/nsqd")
+    with pytest.raises(SystemExit) as exit_info:
+        chaos_main(["--replicated", "--nsqd-bin", "/work/go-nsq/bin/nsqd"])
+    assert exit_info.value.code == 2
+    assert "--replicated needs nsqpy's nsqd" in capsys.readouterr().err
+
+
+def test_faults_names_known_classes_only(capsys):
+    assert fault_classes("node-lost, kill-nsqd,node-lost") == ("kill-nsqd", NODE_LOST)
+    # Go's daemons given the replicated classes get the replicated run's schedule
+    listed = fault_classes(",".join(reversed(REPLICATED_FAULT_CLASSES)))
+    assert listed == REPLICATED_FAULT_CLASSES
+    go = RunOptions(cluster=ClusterOptions(nsqd_bin="/go/nsqd"), fault_classes=listed)
+    ours = RunOptions(cluster=ClusterOptions(replicated=True))
+    nsqds, lookupds = ["nsqd1", "nsqd2", "nsqd3"], ["lookupd1", "lookupd2"]
+    assert make_schedule(5, 300, nsqds, lookupds, 5.0, go.schedule_classes()) == make_schedule(
+        5, 300, nsqds, lookupds, 5.0, ours.schedule_classes()
+    )
+    with pytest.raises(SystemExit):
+        chaos_main(["--faults", "kill-nsqd,lose-everything"])
+    assert "unknown fault class lose-everything" in capsys.readouterr().err
+
+
+def test_a_lost_node_keeps_its_mount_point_and_nothing_under_it(tmp_path: Path):
+    (tmp_path / "topic.diskqueue.meta.dat").write_bytes(b"x" * 10)
+    (tmp_path / "replica").mkdir()
+    (tmp_path / "replica" / "a+1.replica").write_bytes(b"y" * 5)
+    assert empty_directory(tmp_path) == (2, 15)
+    assert tmp_path.is_dir() and list(tmp_path.iterdir()) == []
+
+
+def test_lost_counts_a_message_whose_node_lost_its_disk_and_duplicates_apart():
+    faults = [
+        {
+            "kind": NODE_LOST,
+            "target": "nsqd3",
+            "address": "c:1",
+            "data_lost": "nsqd3",
+            "started": 100.0,
+            "healed": 105.0,
+        }
+    ]
+    # 1: acknowledged by nsqd3 just before its loss, never delivered; 2: taken over by another
+    # node and delivered by both; 3: delivered twice by one node
+    pubs = pub(1, "ok", 99.0) + pub(2, "ok", 99.0) + pub(3, "ok", 99.0)
+    recvs = [recv(2, 99.5, "c:1"), recv(2, 104.0, "a:1"), recv(3, 99.5), recv(3, 99.9)]
+    result = check(pubs, recvs, faults)
+    assert result.lost_numbers == [1] and result.lost_by_fault == {NODE_LOST: 1}
+    assert (result.duplicated, result.duplicated_across_nsqds) == (2, 1)
+    assert result.recovery == [
+        {"kind": NODE_LOST, "target": "nsqd3", "data_lost": "nsqd3", "seconds": None}
+    ]
+    meta = {
+        "prefix": "p",
+        "seed": 1,
+        "duration": 60.0,
+        "started": 90.0,
+        "daemons": "nsqpy",
+        "nsqd_flags": [],
+        "link_faults": "tbf",
+        "replication": "every nsqd peers with the others",
+    }
+    text = format_text(build_report(meta, faults, result))
+    assert (
+        "data lost (node-lost: killed, data path emptied, restarted empty): nsqd3 at +10.0s" in text
+    )
+    assert "duplicated 2 (1 by two or more nsqds)" in text
+    assert "lost (acknowledged, never delivered): 1 e.g. [1]" in text
+    assert "node-lost       nsqd3     never  (data lost: nsqd3)" in text

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .daemons import ClusterOptions
+from .faults import FAULT_CLASSES, KNOWN_FAULT_CLASSES, NODE_LOST
 from .netns import NAME_PREFIX, cleanup_prefix
 
 EXIT_NOT_POSSIBLE = 2
@@ -23,7 +24,8 @@ def run_parser() -> argparse.ArgumentParser:
         description=(
             "Build a 3-nsqd, 2-nsqlookupd cluster in private network namespaces, run producers "
             "and a consumer through it while injecting seeded faults (kill -9, SIGSTOP, "
-            "partition, link loss/delay, nsqlookupd kill, full disk), then check the history: "
+            "partition, link loss/delay, nsqlookupd kill, full disk; with --replicated also "
+            "a node lost with its disk), then check the history: "
             "lost (acknowledged, never delivered), duplicated, unexpected. Needs root. "
             "'python -m nsqpy.chaos cleanup' removes what a crashed run left behind; "
             "'python -m nsqpy.chaos report DIR' checks a finished run's histories again."
@@ -46,6 +48,33 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sync-every", type=int, default=1, help="nsqd flag (default 1)")
     parser.add_argument(
         "--msg-timeout", type=float, default=5.0, help="nsqd --msg-timeout in seconds (default 5)"
+    )
+    parser.add_argument(
+        "--replicated",
+        action="store_true",
+        help="run the nsqd as one replication group (docs/replication.md): each gets "
+        "--replica-peer for every other, --replica-acks, --replica-timeout and its own "
+        f"--node-id; the faults then include {NODE_LOST} (needs nsqpy's nsqd)",
+    )
+    parser.add_argument(
+        "--replica-acks",
+        type=int,
+        default=2,
+        help="with --replicated: nsqd --replica-acks (default 2)",
+    )
+    parser.add_argument(
+        "--replica-timeout",
+        type=float,
+        default=3.0,
+        help="with --replicated: nsqd --replica-timeout in seconds (default 3)",
+    )
+    parser.add_argument(
+        "--faults",
+        type=fault_classes,
+        help="comma-separated fault classes to schedule (default: "
+        f"{','.join(FAULT_CLASSES)}, plus {NODE_LOST} with --replicated); e.g. "
+        f"'--faults {','.join((*FAULT_CLASSES, NODE_LOST))}' gives unreplicated (Go's) "
+        "daemons a replicated run's schedule",
     )
     parser.add_argument(
         "--spark",
@@ -73,6 +102,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--{flag.replace('_', '-')} must be positive")
     if opts.settle < 0:
         parser.error("--settle must not be negative")
+    if opts.faults and "kill-spark" in opts.faults and not opts.spark:
+        parser.error("--faults kill-spark needs --spark")
+    try:
+        cluster = ClusterOptions(
+            nsqd_bin=opts.nsqd_bin,
+            nsqlookupd_bin=opts.nsqlookupd_bin,
+            mem_queue_size=opts.mem_queue_size,
+            sync_every=opts.sync_every,
+            msg_timeout=opts.msg_timeout,
+            replicated=opts.replicated,
+            replica_acks=opts.replica_acks,
+            replica_timeout=opts.replica_timeout,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     logging.basicConfig(
         level=logging.INFO if opts.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",
@@ -84,13 +128,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NOT_POSSIBLE
     from .runner import Run, RunOptions
 
-    cluster = ClusterOptions(
-        nsqd_bin=opts.nsqd_bin,
-        nsqlookupd_bin=opts.nsqlookupd_bin,
-        mem_queue_size=opts.mem_queue_size,
-        sync_every=opts.sync_every,
-        msg_timeout=opts.msg_timeout,
-    )
     run = Run(
         RunOptions(
             seed=opts.seed,
@@ -103,10 +140,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster=cluster,
             plot=not opts.no_plot,
             spark=opts.spark,
+            fault_classes=opts.faults,
         )
     )
     report = run.execute()
     return 0 if report["check"]["valid"] else 1
+
+
+def fault_classes(text: str) -> tuple[str, ...]:
+    """``--faults``: known class names, comma-separated. Returned in the harness's own order,
+    so a seed's schedule depends on which classes are given, not on how they are listed."""
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = sorted(names - set(KNOWN_FAULT_CLASSES))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault class {', '.join(unknown) or '(none given)'}: "
+            f"choose from {', '.join(KNOWN_FAULT_CLASSES)}"
+        )
+    return tuple(c for c in KNOWN_FAULT_CLASSES if c in names)
 
 
 def why_not_possible() -> str | None:

@@ -1,7 +1,9 @@
 """The checker: Jepsen's total-queue idea over the producers' and the consumer's histories.
 
-- **lost**: acknowledged (PUB answered OK) but never delivered;
-- **duplicated**: delivered more than once (allowed: NSQ is at-least-once), counted;
+- **lost**: acknowledged (PUB answered OK) but never delivered, whatever became of the nsqd
+  that acknowledged it (killed, or its data path deleted);
+- **duplicated**: delivered more than once (allowed: NSQ is at-least-once), counted; those
+  delivered by two or more nsqds apart (a replica's takeover, or a PUB stored twice);
 - **unexpected**: delivered but never published (not even attempted): must be 0;
 - **recovery**: for each healed fault, the time from the heal to the next delivery.
 """
@@ -40,6 +42,7 @@ class CheckResult:
     deliveries: int = 0
     lost: int = 0
     duplicated: int = 0
+    duplicated_across_nsqds: int = 0
     unexpected: int = 0
     refused_but_delivered: int = 0
     unknown_delivered: int = 0
@@ -75,6 +78,7 @@ def check(
             answered_at[event["n"]] = event["t"]
     times: dict[str, list[float]] = {"": []}
     counts: Counter[int] = Counter()
+    delivered_by: dict[int, set[str]] = {}
     for event in recvs:
         if event["op"] != "recv":
             continue
@@ -88,6 +92,7 @@ def check(
                 result.unexpected_sample.append(number if number is not None else event["body"])
             continue
         counts[number] += 1
+        delivered_by.setdefault(number, set()).add(event.get("nsqd") or "?")
     result.attempted = len(invoked)
     by_outcome = Counter(outcome.values())
     result.acknowledged = by_outcome["ok"]
@@ -96,6 +101,7 @@ def check(
     result.unknown = by_outcome["unknown"] + len(invoked - outcome.keys())
     result.delivered_unique = len(counts)
     result.duplicated = sum(1 for c in counts.values() if c > 1)
+    result.duplicated_across_nsqds = sum(1 for by in delivered_by.values() if len(by) > 1)
     lost = sorted(n for n, o in outcome.items() if o == "ok" and n not in counts)
     result.lost = len(lost)
     result.lost_numbers = lost
@@ -145,6 +151,7 @@ def recovery_times(
             {
                 "kind": fault["kind"],
                 "target": fault["target"],
+                "data_lost": fault.get("data_lost", ""),
                 "seconds": None if after is None else round(after, 3),
             }
         )

@@ -72,6 +72,64 @@ class ClusterOptions:
     msg_timeout: float = 5.0
     data_size: str = "64m"
     extra_nsqd_args: tuple[str, ...] = ()
+    #: one replication group (docs/replication.md): every nsqd lists the others as peers
+    replicated: bool = False
+    replica_acks: int = 2
+    replica_timeout: float = 3.0
+
+    def __post_init__(self) -> None:
+        problem = self.problem()
+        if problem:
+            raise ValueError(problem)
+
+    def problem(self) -> str | None:
+        """Why these options cannot run, or None."""
+        if not self.replicated:
+            return None
+        if self.nsqd_bin:
+            return (
+                f"--replicated needs nsqpy's nsqd, not --nsqd-bin {self.nsqd_bin}: Go's nsqd "
+                "has no --replica-* flags (run Go's daemons unreplicated, e.g. with "
+                "--faults to give them the same fault classes)"
+            )
+        if self.replica_acks < 1:
+            return "--replica-acks must be at least 1"
+        if self.replica_timeout <= 0:
+            return "--replica-timeout must be positive"
+        return None
+
+
+def nsqd_args(
+    options: ClusterOptions,
+    index: int,
+    address: str,
+    data: Path,
+    lookupd_tcp: Sequence[str],
+    nsqd_tcp: Sequence[str],
+) -> list[str]:
+    """The flags of the ``index``-th nsqd (0-based) listening on ``address``; ``nsqd_tcp`` is
+    every nsqd's TCP address, its own included (its peers when replicated)."""
+    own_tcp = f"{address}:{NSQD_TCP}"
+    args = [
+        f"--tcp-address={own_tcp}",
+        f"--http-address={address}:{NSQD_HTTP}",
+        f"--broadcast-address={address}",
+        f"--data-path={data}",
+        f"--mem-queue-size={options.mem_queue_size}",
+        f"--sync-every={options.sync_every}",
+        f"--msg-timeout={_go_duration(options.msg_timeout)}",
+        *(f"--lookupd-tcp-address={a}" for a in lookupd_tcp),
+    ]
+    if options.replicated:
+        # message IDs are built from --node-id: a node taking over another's messages must
+        # not mint the same IDs, and all nodes share one host name (the default's source)
+        args += [
+            f"--node-id={index + 1}",
+            *(f"--replica-peer={peer}" for peer in nsqd_tcp if peer != own_tcp),
+            f"--replica-acks={options.replica_acks}",
+            f"--replica-timeout={_go_duration(options.replica_timeout)}",
+        ]
+    return [*args, *options.extra_nsqd_args]
 
 
 class Cluster:
@@ -115,21 +173,11 @@ class Cluster:
                 binary=opts.nsqlookupd_bin,
                 log_path=self.workdir / "logs" / f"{node.name}.log",
             )
-        for node in self.topology.of_role("nsqd"):
+        for index, node in enumerate(self.topology.of_role("nsqd")):
             data = self.data_path(node.name)
             data.mkdir(parents=True, exist_ok=True)
             run_ip(["mount", "-t", "tmpfs", "-o", f"size={opts.data_size}", "tmpfs", str(data)])
-            args = [
-                f"--tcp-address={node.address}:{NSQD_TCP}",
-                f"--http-address={node.address}:{NSQD_HTTP}",
-                f"--broadcast-address={node.address}",
-                f"--data-path={data}",
-                f"--mem-queue-size={opts.mem_queue_size}",
-                f"--sync-every={opts.sync_every}",
-                f"--msg-timeout={_go_duration(opts.msg_timeout)}",
-                *(f"--lookupd-tcp-address={a}" for a in self.lookupd_tcp),
-                *opts.extra_nsqd_args,
-            ]
+            args = nsqd_args(opts, index, node.address, data, self.lookupd_tcp, self.nsqd_tcp)
             self.nsqds[node.name] = NetnsDaemon(
                 node,
                 "nsqpy.nsqd",
@@ -166,4 +214,4 @@ class Cluster:
 
 
 def _go_duration(seconds: float) -> str:
-    return f"{int(seconds * 1000)}ms"
+    return f"{round(seconds * 1000)}ms"

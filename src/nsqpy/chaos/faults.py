@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shutil
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,6 +26,12 @@ FAULT_CLASSES = (
     "kill-lookupd",
     "disk-full",
 )
+#: kill -9, the data path emptied, a restart on the empty data path: the loss of a machine
+NODE_LOST = "node-lost"
+#: a replicated group's classes: a node's loss is what replication is for
+REPLICATED_FAULT_CLASSES = (*FAULT_CLASSES, NODE_LOST)
+#: every class a schedule may be made of (kill-spark only with the Spark job)
+KNOWN_FAULT_CLASSES = (*REPLICATED_FAULT_CLASSES, "kill-spark")
 
 
 @dataclass
@@ -38,6 +45,7 @@ class Fault:
     started: float | None = None
     healed: float | None = None
     detail: str = ""
+    data_lost: str = ""  # the node whose data path was emptied (node-lost), else ""
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,6 +115,17 @@ class Nemesis:
     _start_kill_lookupd = _start_kill_nsqd
     _heal_kill_lookupd = _heal_kill_nsqd
 
+    # kill -9, everything under its data path removed (the tmpfs mount stays), a restart on
+    # the empty data path: the machine and its disk are gone, a blank one takes their place
+    def _start_node_lost(self, fault: Fault) -> None:
+        self.cluster.daemon(fault.target).kill9()
+        files, size = empty_directory(self.cluster.data_path(fault.target))
+        fault.data_lost = fault.target
+        fault.detail = f"kill -9, data path emptied ({files} files, {size} bytes)"
+
+    def _heal_node_lost(self, fault: Fault) -> None:
+        self.cluster.restart(fault.target)
+
     # SIGSTOP for longer than msg_timeout
     def _start_pause_nsqd(self, fault: Fault) -> None:
         self.cluster.daemon(fault.target).signal(signal.SIGSTOP)
@@ -150,6 +169,24 @@ class Nemesis:
 
     def _heal_disk_full(self, fault: Fault) -> None:
         (self.cluster.data_path(fault.target) / "chaos-filler").unlink(missing_ok=True)
+
+
+def empty_directory(path: os.PathLike[str] | str) -> tuple[int, int]:
+    """Remove everything inside ``path`` but not ``path`` itself (a mount point stays
+    mounted); returns how many files and bytes went."""
+    files = size = 0
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            for root, _dirs, names in os.walk(entry.path):
+                for name in names:
+                    files += 1
+                    size += os.lstat(os.path.join(root, name)).st_size
+            shutil.rmtree(entry.path)
+        else:
+            files += 1
+            size += entry.stat(follow_symlinks=False).st_size
+            os.unlink(entry.path)
+    return files, size
 
 
 def fill(path: os.PathLike[str] | str) -> int:

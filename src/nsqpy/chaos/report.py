@@ -18,6 +18,8 @@ FAULT_COLOURS = {
     "degrade-link": "tab:olive",
     "kill-lookupd": "tab:brown",
     "disk-full": "tab:cyan",
+    "node-lost": "tab:pink",
+    "kill-spark": "tab:gray",
 }
 
 
@@ -40,12 +42,17 @@ def format_text(report: dict[str, Any]) -> str:
         f"daemons={run['daemons']}",
         f"  nsqd flags: {' '.join(run['nsqd_flags'])}",
         f"  link faults: {run['link_faults']}",
+        f"  replication: {run.get('replication', 'none')}",
         "faults injected: "
         + (", ".join(f"{k} x{v}" for k, v in sorted(report["faults_by_class"].items())) or "none"),
+        "data lost (node-lost: killed, data path emptied, restarted empty): "
+        + (", ".join(data_lost_rows(report["faults"], run.get("started"))) or "-"),
         f"PUBs attempted {check['attempted']}: acknowledged {check['acknowledged']}, "
         f"refused {check['refused']}, unknown {check['unknown']}",
         f"delivered {check['delivered_unique']} distinct ({check['deliveries']} deliveries), "
-        f"duplicated {check['duplicated']}, unknown-outcome delivered "
+        f"duplicated {check['duplicated']} "
+        f"({check.get('duplicated_across_nsqds', 0)} by two or more nsqds), "
+        "unknown-outcome delivered "
         f"{check['unknown_delivered']}, refused-but-delivered {check['refused_but_delivered']}",
         f"lost (acknowledged, never delivered): {check['lost']}"
         + (f" e.g. {check['lost_numbers'][:10]}" if check["lost"] else ""),
@@ -56,7 +63,8 @@ def format_text(report: dict[str, Any]) -> str:
     ]
     for row in check["recovery"]:
         seconds = "never" if row["seconds"] is None else f"{row['seconds']:.2f}s"
-        lines.append(f"  {row['kind']:<15} {row['target']:<9} {seconds}")
+        data_lost = f"  (data lost: {row['data_lost']})" if row.get("data_lost") else ""
+        lines.append(f"  {row['kind']:<15} {row['target']:<9} {seconds}{data_lost}")
     lines.append("recovery by class (count, median, max, never):")
     for kind, row in recovery_summary(check["recovery"]).items():
         lines.append(
@@ -65,6 +73,18 @@ def format_text(report: dict[str, Any]) -> str:
         )
     lines.append("result: " + ("VALID" if check["valid"] else "INVALID"))
     return "\n".join(lines)
+
+
+def data_lost_rows(faults: list[dict[str, Any]], started: float | None) -> list[str]:
+    """``nsqd3 at +18.6s`` for each fault that emptied a node's data path."""
+    rows = []
+    for fault in faults:
+        if not fault.get("data_lost"):
+            continue
+        at = fault.get("started")
+        when = f" at +{at - started:.1f}s" if at is not None and started is not None else ""
+        rows.append(f"{fault['data_lost']}{when}")
+    return rows
 
 
 def recovery_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from . import checker, report
 from .daemons import NSQD_HTTP, NSQD_TCP, Cluster, ClusterOptions
-from .faults import FAULT_CLASSES, Fault, Nemesis, make_schedule
+from .faults import FAULT_CLASSES, REPLICATED_FAULT_CLASSES, Fault, Nemesis, make_schedule
 from .netns import NAME_PREFIX, Node, Topology, cleanup_prefix
 from .spark import SparkArchive, check_archive
 from .workload import CHANNEL
@@ -45,6 +45,20 @@ class RunOptions:
     keep_data: bool = False
     spark: bool = False
     spark_settle: float = 120.0
+    #: the schedule's classes; None: FAULT_CLASSES, plus node-lost when replicated
+    fault_classes: tuple[str, ...] | None = None
+
+    def schedule_classes(self) -> tuple[str, ...]:
+        """The classes the schedule draws from (kill-spark joins them with the Spark job)."""
+        if self.fault_classes is not None:
+            classes = self.fault_classes
+        elif self.cluster.replicated:
+            classes = REPLICATED_FAULT_CLASSES
+        else:
+            classes = FAULT_CLASSES
+        if self.spark and "kill-spark" not in classes:
+            classes = (*classes, "kill-spark")
+        return classes
 
 
 class Workload:
@@ -142,7 +156,7 @@ class Run:
             list(self.cluster.nsqds),
             list(self.cluster.lookupds),
             opts.cluster.msg_timeout,
-            (*FAULT_CLASSES, "kill-spark") if opts.spark else FAULT_CLASSES,
+            opts.schedule_classes(),
         )
         for fault in self.faults:
             if fault.target in self.cluster.nsqds:
@@ -217,6 +231,8 @@ class Run:
             "nsqd_bin": opts.cluster.nsqd_bin,
             "nsqlookupd_bin": opts.cluster.nsqlookupd_bin,
             "nsqd_flags": next(iter(self.cluster.nsqds.values())).args[4:7],
+            "replication": replication_summary(opts.cluster),
+            "fault_classes": list(opts.schedule_classes()),
             "link_faults": "netem" if self.topology.netem else "tbf (no netem in this kernel)",
         }
         faults = [f.as_dict() for f in self.faults]
@@ -251,6 +267,16 @@ class Run:
         )
 
 
+def replication_summary(cluster: ClusterOptions) -> str:
+    """How the group replicates, for the report ("none": each nsqd alone)."""
+    if not cluster.replicated:
+        return "none"
+    return (
+        f"every nsqd peers with the others, --replica-acks={cluster.replica_acks} "
+        f"--replica-timeout={cluster.replica_timeout:g}s, --node-id 1..n"
+    )
+
+
 def check_and_report(
     out: Path,
     meta: dict[str, Any],
@@ -265,6 +291,8 @@ def check_and_report(
     print(report.write_report(out, result_report), flush=True)
     if plot:
         title = f"{meta['daemons']} daemons, seed {meta['seed']}, {meta['duration']:.0f}s"
+        if meta.get("replication", "none") != "none":
+            title += ", replicated"
         if report.plot(out / "chaos.png", meta["started"], pubs, recvs, faults, title):
             print(f"plot: {out / 'chaos.png'}")
         else:

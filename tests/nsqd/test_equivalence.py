@@ -9,7 +9,7 @@
   handed over one by one as they arrive (``Channel.deliver``);
 - a Message built by ``Message.__init__``, :meth:`Message.copy`, :func:`own_copies`,
   :func:`message_from_bytes` and :func:`decode_records`: equal in every slot;
-- a fan-out batch framed for the disk queues at once (``_framed_records``) and each message
+- a fan-out batch framed for the disk queues at once (``framed_records``) and each message
   encoded and size-prefixed on its own.
 
 Each twin runs on its own NSQD (same options, same fake clock readings, the same message IDs
@@ -31,7 +31,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsqpy.nsqd.backend_writes import _framed_records
+from nsqpy.nsqd.backend_writes import framed_records
 from nsqpy.nsqd.channel import Channel, ChannelError
 from nsqpy.nsqd.client_v2 import ClientV2
 from nsqpy.nsqd.message import Message, decode_records, message_from_bytes, own_copies
@@ -482,4 +482,4 @@ def test_a_fan_out_batch_is_framed_as_each_message_encoded_and_size_prefixed(
     the disk queue's record framing of ``Message.encode``."""
     msgs = [Message(msg_id, body, ts, attempts) for msg_id, body, ts, attempts in fields]
     plain = b"".join(struct.pack(">I", len(m.encode())) + m.encode() for m in msgs)
-    assert _framed_records(msgs) == plain
+    assert framed_records(msgs) == plain

@@ -8,12 +8,16 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nsqpy.internal.lg import Logger
 from nsqpy.nsqd.replica.store import (
@@ -25,6 +29,8 @@ from nsqpy.nsqd.replica.store import (
     list_stores,
 )
 from nsqpy.protocol.replica import (
+    RECORD_FIXED,
+    RECORD_HEAD,
     Attempts,
     ChannelOp,
     Defer,
@@ -32,6 +38,7 @@ from nsqpy.protocol.replica import (
     Fanout,
     Fin,
     Put,
+    Puts,
     TopicOp,
 )
 
@@ -522,3 +529,81 @@ def test_stores_of_two_incarnations_are_apart_and_delete_removes_the_file(
     assert fresh.live_count() == 0 and fresh.stored_seq == 0
     fresh.close()
     new.close()
+
+
+# -- the PUTS fast path beside its plain twin --------------------------------------------
+
+put_batches = st.lists(st.integers(min_value=0, max_value=7), min_size=1, max_size=5)
+channel_choices = st.sampled_from([None, (), ("a",), ("a", "b")])
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("puts"), put_batches, channel_choices, st.integers(1, 3)),
+        st.tuples(st.just("fanout"), put_batches, st.sampled_from([(), ("a",), ("b", "a")])),
+        st.tuples(st.just("fin"), put_batches, st.sampled_from(["a", "b"])),
+    ),
+    max_size=12,
+)
+
+
+def as_events(step: tuple[Any, ...], fast: bool) -> list[Event]:
+    kind, numbers = step[0], step[1]
+    if kind == "fanout":
+        return [Fanout("t", step[2], tuple(mid(n) for n in numbers))]
+    if kind == "fin":
+        return [Fin("t", step[2], tuple(mid(n) for n in numbers))]
+    channels, attempts = step[2], step[3]
+    plain = [put(n, channels, attempts=attempts) for n in numbers]
+    if not fast:
+        return list(plain)
+    records = b"".join(
+        RECORD_HEAD.pack(RECORD_FIXED + len(p.body), p.timestamp, p.attempts, p.msg_id) + p.body
+        for p in plain
+    )
+    return [Puts("t", records, channels)]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(steps)
+def test_puts_leaves_the_store_as_a_put_of_each_record_does(steps: list[Any]) -> None:
+    """Puts (records applied in one inlined loop) against the plain Put of each message:
+    the same copies, attempts, holds and message bodies, whatever came before."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = [open_store(Path(tmp) / kind, FakeClock()) for kind in ("fast", "plain")]
+        for store, fast in zip(stores, (True, False), strict=True):
+            feed = Feeder(store)
+            for step in steps:
+                feed.send(*as_events(step, fast))
+        fast_store, plain_store = stores
+        assert fast_store.takeover().topics == plain_store.takeover().topics
+        assert fast_store.live_count() == plain_store.live_count()
+        assert fast_store._live_bytes == plain_store._live_bytes
+        for store in stores:
+            store.close()
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(put_batches, st.sampled_from([(), ("a",), ("a", "b")]), steps)
+def test_puts_naming_channels_is_puts_then_its_fanout(
+    numbers: list[int], channels: tuple[str, ...], before: list[Any]
+) -> None:
+    """The owner sends a publish to a flowing topic as one Puts naming the channels the
+    topic's pump then copied it to, instead of a Puts and a Fanout: the peer's store ends
+    the same, whatever came before (of other messages: the publish's are new)."""
+    numbers = [n + 8 for n in numbers]
+    ids = tuple(mid(n) for n in numbers)
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = [open_store(Path(tmp) / kind, FakeClock()) for kind in ("one", "two")]
+        for store in stores:
+            feed = Feeder(store)
+            for step in before:
+                feed.send(*as_events(step, fast=True))
+        joined, separate = (Feeder(store) for store in stores)
+        [held] = as_events(("puts", numbers, None, 1), fast=True)
+        assert isinstance(held, Puts)
+        joined.send(Puts("t", held.records, channels))
+        separate.send(held, Fanout("t", channels, ids))
+        one, two = stores
+        assert one.takeover().topics == two.takeover().topics
+        assert one.live_count() == two.live_count()
+        for store in stores:
+            store.close()

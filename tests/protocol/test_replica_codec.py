@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from nsqpy.protocol import replica
 from nsqpy.protocol.replica import (
     OPS,
+    RECORD_FIXED,
+    RECORD_HEAD,
     Ack,
     Attempts,
     ChannelOp,
@@ -26,11 +28,13 @@ from nsqpy.protocol.replica import (
     Ping,
     Pong,
     Put,
+    Puts,
     ReplicaProtocolError,
     TopicOp,
     Welcome,
     decode_events,
     encode_events,
+    record_count,
 )
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -43,7 +47,23 @@ ids = st.binary(min_size=16, max_size=16)
 id_tuples = st.lists(ids, max_size=6).map(tuple)
 channel_tuples = st.lists(names, max_size=5).map(tuple)
 
+
+def framed(messages: list[tuple[bytes, int, int, bytes]]) -> bytes:
+    """Disk-queue records: BE32 size, BE64 timestamp, BE16 attempts, id, body."""
+    return b"".join(
+        RECORD_HEAD.pack(RECORD_FIXED + len(body), timestamp, attempts, msg_id) + body
+        for msg_id, timestamp, attempts, body in messages
+    )
+
+
+records = st.lists(
+    st.tuples(ids, INT64, st.integers(min_value=0, max_value=0xFFFF), st.binary(max_size=60)),
+    min_size=1,
+    max_size=5,
+).map(framed)
+
 EVENT_STRATEGIES: dict[str, st.SearchStrategy[Event]] = {
+    "puts": st.builds(Puts, topic=names, records=records, channels=st.none() | channel_tuples),
     "put": st.builds(
         Put,
         topic=names,
@@ -466,3 +486,29 @@ def test_arbitrary_payloads_of_known_types(items: list[tuple[int, bytes]]) -> No
 )
 def test_mutated_streams_parse_or_raise_protocol_error(stream: bytes, cuts: list[int]) -> None:
     parse_or_reject(split_at(stream, cuts), max_frame_size=1 << 16)
+
+
+# --------------------------------------------------------------------------- PUTS records
+
+
+def test_puts_records_are_counted_and_their_framing_checked() -> None:
+    good = framed([(ID, 1, 1, b"one"), (ID, 2, 1, b""), (ID, 3, 2, b"three")])
+    assert record_count(good) == 3
+    event = Puts("t", good, ("a",))
+    encoded = encode_events([event])
+    assert decode_events(encoded) == [event]
+    for bad in (good[:-1], good + b"\x00", good[:3], (RECORD_FIXED - 1).to_bytes(4, "big")):
+        with pytest.raises(ReplicaProtocolError):
+            record_count(bad)
+        forged = encoded[: len(encoded) - len(good) - 4] + len(bad).to_bytes(4, "big") + bad
+        with pytest.raises(ReplicaProtocolError):
+            decode_events(forged)
+
+
+def test_puts_without_records_is_refused_both_ways() -> None:
+    with pytest.raises(ReplicaProtocolError):
+        encode_events([Puts("t", b"")])
+    # one event: PUTS, topic "t", no channels, 0 bytes of records
+    empty = b"\x00\x00\x00\x01" + b"\x08" + b"\x00\x01t" + b"\xff\xff" + b"\x00\x00\x00\x00"
+    with pytest.raises(ReplicaProtocolError, match="PUTS without records"):
+        decode_events(empty)

@@ -22,7 +22,7 @@ from .errors import BackendWriteError
 
 if TYPE_CHECKING:
     from collections import deque
-    from collections.abc import Awaitable, Iterator
+    from collections.abc import Awaitable, Iterator, Sequence
 
     from ..protocol.errors import ProtocolError
     from .backend import Backend
@@ -75,12 +75,12 @@ class _SharedEncodings:
             return cached[1]
         if not all(msg.shared for msg in msgs):
             return None
-        framed = _framed_records(msgs)
+        framed = framed_records(msgs)
         self.frames[key] = (msgs, framed)
         return framed
 
 
-def _framed_records(msgs: list[Message]) -> bytes:
+def framed_records(msgs: Sequence[Message]) -> bytes:
     """``BE32 size`` + :meth:`Message.encode` of each message, joined: the record header is
     one pack with the size, so no message's own encoding is built on the way."""
     pack = _FRAMED_HEADER.pack

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -40,6 +40,18 @@ class Put:
     body: bytes
     channels: tuple[str, ...] | None
     defer_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Puts:
+    """Messages the owner accepted into a topic, in one event: as a :class:`Put` of each
+    with these ``channels`` and no deferral. ``records`` holds each message as a disk queue
+    stores it, ``BE32 size`` then ``BE64 timestamp, BE16 attempts, 16-byte id, body``: the
+    owner frames a publish's messages once, and the peer logs the bytes as they came."""
+
+    topic: str
+    records: bytes
+    channels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +107,7 @@ class TopicOp:
     op: str  # one of OPS
 
 
-Event = Put | Fanout | Fin | Attempts | Defer | ChannelOp | TopicOp
+Event = Put | Puts | Fanout | Fin | Attempts | Defer | ChannelOp | TopicOp
 
 
 class ReplicaProtocolError(ValueError):
@@ -120,6 +132,8 @@ class ReplicaProtocolError(ValueError):
 #   DEFER     topic, channel, id, BE64 remaining_ms (signed: an overdue deferral is negative)
 #   CHANNEL   topic, channel, op
 #   TOPIC     topic, op
+#   PUTS      topic, channels, BE32(len) records (each BE32 size, BE64 timestamp,
+#             BE16 attempts, id, body)
 
 EVENT_PUT = 1
 EVENT_FANOUT = 2
@@ -128,6 +142,7 @@ EVENT_ATTEMPTS = 4
 EVENT_DEFER = 5
 EVENT_CHANNEL = 6
 EVENT_TOPIC = 7
+EVENT_PUTS = 8
 
 ID_SIZE = 16
 _NO_CHANNELS = 0xFFFF
@@ -145,6 +160,31 @@ _ID_U16 = struct.Struct(">16sH")  # id, attempts
 _ID_I64 = struct.Struct(">16sq")  # id, remaining_ms
 
 _OP_CODES = {op: code for code, op in enumerate(OPS)}
+
+#: a record of :class:`Puts`: its size, then the message's fixed fields
+RECORD_HEAD = struct.Struct(">IqH16s")  # size, timestamp, attempts, id
+#: what a record's size counts beside the body: timestamp, attempts, id
+RECORD_FIXED = RECORD_HEAD.size - 4
+
+
+def record_count(records: bytes | memoryview) -> int:
+    """How many records ``records`` holds; ReplicaProtocolError unless they fill it exactly,
+    each at least a message's fixed fields."""
+    unpack = _U32.unpack_from
+    end = len(records)
+    pos = count = 0
+    try:
+        while pos < end:
+            size = unpack(records, pos)[0]
+            if size < RECORD_FIXED:
+                raise ReplicaProtocolError(f"record of {size} bytes at {pos}")
+            pos += 4 + size
+            count += 1
+    except struct.error:
+        raise ReplicaProtocolError(f"record cut short at {pos}") from None
+    if pos != end:
+        raise ReplicaProtocolError(f"record cut short at {pos - 4 - size}")
+    return count
 
 
 @lru_cache(maxsize=4096)
@@ -201,6 +241,12 @@ def _encode_put(event: Put) -> bytes:
 
 
 def _encode_one(event: Event) -> bytes:
+    if isinstance(event, Puts):
+        records = event.records
+        if not records:
+            raise ReplicaProtocolError("PUTS without records")
+        head = b"\x08" + _str(event.topic) + _channels(event.channels)
+        return head + _U32.pack(len(records)) + records
     if isinstance(event, Put):
         return _encode_put(event)
     if isinstance(event, Fin):
@@ -311,8 +357,21 @@ class _Reader:
         body = self.raw(self.u32())
         return Put(topic, msg_id, timestamp, attempts, body, channels, defer_ms)
 
+    def puts(self) -> Puts:
+        topic = self.name()
+        channels = self.channels()
+        size = self.u32()
+        pos = self.need(size)
+        records = bytes(self.data[pos : pos + size])
+        if not records:
+            raise ReplicaProtocolError("PUTS without records")
+        record_count(records)
+        return Puts(topic, records, channels)
+
     def event(self) -> Event:
         kind = self.u8()
+        if kind == EVENT_PUTS:
+            return self.puts()
         if kind == EVENT_PUT:
             return self.put()
         if kind == EVENT_FIN:
@@ -391,6 +450,9 @@ class Events:
 
     first_seq: int
     events: list[Event]
+    #: the events as they came (the frame's payload after the sequence number), so a store
+    #: can log them without encoding them again
+    encoded: bytes | memoryview = field(default=b"", compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -485,7 +547,8 @@ def _decode_frame(frame_type: int, payload: bytes) -> Frame:
         if len(payload) < _U64.size:
             raise ReplicaProtocolError(f"EVENTS payload of {len(payload)} bytes")
         first_seq = int(_U64.unpack_from(payload)[0])
-        return Events(first_seq, _decode_events_at(payload, _U64.size))
+        encoded = memoryview(payload)[_U64.size :]
+        return Events(first_seq, _decode_events_at(payload, _U64.size), encoded)
     if frame_type == FRAME_ACK:
         return Ack(_decode_seq(payload, "ACK"))
     if frame_type in (FRAME_PING, FRAME_PONG):

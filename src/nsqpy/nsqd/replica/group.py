@@ -39,10 +39,11 @@ from ...protocol.replica import (
     Fanout,
     Fin,
     Put,
+    Puts,
     ReplicaProtocolError,
     TopicOp,
 )
-from ..backend_writes import ack_after
+from ..backend_writes import ack_after, framed_records
 from ..errors import BackendWriteError
 from ..message import Message
 from ..options import ReplicaOptionError, parse_replica_peer
@@ -129,6 +130,8 @@ class Replication:
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._short_since: float | None = None
         self._flush_scheduled = False
+        #: per topic, the Puts not sent yet whose messages wait for a Fanout: (seq, their IDs)
+        self._unassigned: dict[str, deque[tuple[int, tuple[bytes, ...]]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         #: a peer's CHANNEL or TOPIC operation is being applied: not echoed (see _apply_op)
         self._applying = False
@@ -174,15 +177,23 @@ class Replication:
         self.stream.events.append(event)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.nsqd.loop.call_soon(self._flush)
+            # one loop turn later: a topic's pump scheduled by the same put runs first, so
+            # its Fanout can still join the put's Puts (see fanout)
+            self.nsqd.loop.call_soon(self.nsqd.loop.call_soon, self._flush)
 
     def _flush(self) -> None:
-        """Every connected peer gets the events it has not been sent, in EVENTS frames."""
+        """Every connected peer gets the events it has not been sent, in EVENTS frames:
+        encoded once for the peers that were sent as much."""
         self._flush_scheduled = False
+        self._unassigned.clear()
         last = self.stream.last
+        frames: dict[int, list[bytes]] = {}
         for link in self.links:
             if link.up and link.sent < last:
-                link.send_events(link.sent + 1, self.stream.since(link.sent + 1))
+                first = link.sent + 1
+                if first not in frames:
+                    frames[first] = event_frames(first, self.stream.since(first))
+                link.write_frames(frames[first])
                 link.sent = last
         if not any(link.counts(self.nsqd.now()) for link in self.links):
             self.stream.trim(last)  # no peer to keep them for
@@ -201,6 +212,11 @@ class Replication:
         if topic.ephemeral:
             return
         name = topic.name
+        if not any(msg.deferred for msg in msgs):
+            self._emit(Puts(name, framed_records(msgs)))
+            unassigned = self._unassigned.setdefault(name, deque())
+            unassigned.append((self.stream.last, tuple(msg.id for msg in msgs)))
+            return
         for msg in msgs:
             defer_ms = math.ceil(msg.deferred * 1000) if msg.deferred else 0
             self._emit(Put(name, msg.id, msg.timestamp, msg.attempts, msg.body, None, defer_ms))
@@ -210,7 +226,31 @@ class Replication:
         if topic.ephemeral or not msgs:
             return
         names = tuple(channel.name for channel in channels if not channel.ephemeral)
-        self._emit(Fanout(topic.name, names, tuple(msg.id for msg in msgs)))
+        ids = tuple(msg.id for msg in msgs)
+        assigned = self._assign_unsent(topic.name, names, ids)
+        if assigned < len(ids):
+            self._emit(Fanout(topic.name, names, ids[assigned:]))
+
+    def _assign_unsent(self, topic: str, names: tuple[str, ...], ids: tuple[bytes, ...]) -> int:
+        """How many of ``ids`` (from the first) were the messages of Puts events not sent to
+        any peer yet, which now name ``names`` instead of waiting for a Fanout: a publish to a
+        flowing topic is one event for the peer, not two."""
+        unassigned = self._unassigned.get(topic)
+        stream = self.stream
+        sent = max((link.sent for link in self.links), default=0)
+        done = 0
+        while unassigned and done < len(ids):
+            seq, put_ids = unassigned[0]
+            if seq <= sent or seq < stream.base or ids[done : done + len(put_ids)] != put_ids:
+                break
+            unassigned.popleft()
+            index = seq - stream.base
+            event = stream.events[index]
+            if not isinstance(event, Puts):  # never: seq was a Puts of this stream
+                break
+            stream.events[index] = Puts(topic, event.records, names)
+            done += len(put_ids)
+        return done
 
     def fin(self, channel: Channel, ids: Sequence[bytes]) -> None:
         """``channel`` is done with these messages (finished, dead-lettered, sampled out)."""
@@ -371,7 +411,9 @@ class Replication:
         held.acked = stored
         link.write(r1.welcome({"incarnation": self.incarnation, "stored": stored}))
 
-    def events(self, link: InboundLink, first_seq: int, events: list[Event]) -> None:
+    def events(
+        self, link: InboundLink, first_seq: int, events: list[Event], encoded: memoryview | bytes
+    ) -> None:
         held = link.held
         if held is None:
             raise ReplicaProtocolError("EVENTS before HELLO")
@@ -383,7 +425,10 @@ class Replication:
             local, applied = 1, 0
         fresh = events[max(0, applied + 1 - local) :]
         try:
-            held.store.apply(max(local, 1), events[max(0, 1 - local) :])
+            if local >= 1:
+                held.store.apply(local, events, encoded)
+            else:
+                held.store.apply(1, events[1 - local :])
         except SequenceGap as exc:
             raise ReplicaProtocolError(str(exc)) from None
         for event in fresh:
@@ -639,6 +684,23 @@ class Replication:
         }
 
 
+def event_frames(first: int, events: list[Event]) -> list[bytes]:
+    """EVENTS frames of ``events`` (numbered from ``first``), each up to about FRAME_BUDGET."""
+    frames = []
+    start, size = 0, 0
+    for index, event in enumerate(events):
+        if isinstance(event, Puts):
+            size += len(event.records) + 64
+        else:
+            size += len(event.body) + 64 if isinstance(event, Put) else 64
+        if size >= FRAME_BUDGET and index > start:
+            frames.append(r1.events(first + start, events[start:index]))
+            start, size = index, 0
+    if start < len(events):
+        frames.append(r1.events(first + start, events[start:]))
+    return frames
+
+
 class PeerLink:
     """This node's stream to one peer: dial, HELLO, resend from the peer's WELCOME, PING."""
 
@@ -782,14 +844,11 @@ class PeerLink:
             self._writer.write(data)
 
     def send_events(self, first: int, events: list[Event]) -> None:
-        start, size = 0, 0
-        for index, event in enumerate(events):
-            size += len(event.body) + 64 if isinstance(event, Put) else 64
-            if size >= FRAME_BUDGET and index > start:
-                self.write(r1.events(first + start, events[start:index]))
-                start, size = index, 0
-        if start < len(events):
-            self.write(r1.events(first + start, events[start:]))
+        self.write_frames(event_frames(first, events))
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.writelines(frames)
 
     async def _ping(self, writer: asyncio.StreamWriter, interval: float) -> None:
         while True:
@@ -818,7 +877,7 @@ class InboundLink(asyncio.Protocol):
         try:
             for frame in self.parser.feed(data):
                 if isinstance(frame, r1.Events):
-                    replication.events(self, frame.first_seq, frame.events)
+                    replication.events(self, frame.first_seq, frame.events, frame.encoded)
                 elif isinstance(frame, r1.Ping):
                     self.write(r1.pong())
                     if self.held is not None:

@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, Final, NamedTuple
 from urllib.parse import quote
 
 from ...internal.lg import Logger
@@ -44,6 +44,7 @@ from ...protocol.replica import (
     OP_EMPTY,
     OP_PAUSE,
     OP_UNPAUSE,
+    RECORD_HEAD,
     Attempts,
     ChannelOp,
     Defer,
@@ -51,6 +52,7 @@ from ...protocol.replica import (
     Fanout,
     Fin,
     Put,
+    Puts,
     ReplicaProtocolError,
     TopicOp,
     decode_events,
@@ -131,18 +133,14 @@ class Takeover:
 # -- the index -----------------------------------------------------------------------------
 
 
-class _Message:
-    """A message with at least one unfinished copy; ``refs`` counts its channel copies plus one
-    while the topic holds it. ``due`` is a topic-held message's deferral (0.0: none)."""
-
-    __slots__ = ("attempts", "body", "due", "refs", "timestamp")
-
-    def __init__(self, timestamp: int, attempts: int, body: bytes, due: float) -> None:
-        self.timestamp = timestamp
-        self.attempts = attempts
-        self.body = body
-        self.due = due
-        self.refs = 0
+#: a message with at least one unfinished copy (a channel's, or the topic's while it waits
+#: there): ``(timestamp, attempts, body)``. A plain tuple, not an object with a reference
+#: count, as every published message becomes one; whether a copy is left is looked up in the
+#: topic's few channels instead.
+_Message = tuple[int, int, bytes]
+_TIMESTAMP: Final = 0
+_ATTEMPTS: Final = 1
+_BODY: Final = 2
 
 
 class _Channel:
@@ -162,9 +160,15 @@ class _Topic:
     def __init__(self) -> None:
         self.paused = False
         self.messages: dict[bytes, _Message] = {}
-        #: IDs waiting in the topic for a Fanout (a dict for its order)
-        self.held: dict[bytes, None] = {}
+        #: IDs waiting in the topic for a Fanout, with a DPUB's due time (0.0: none)
+        self.held: dict[bytes, float] = {}
         self.channels: dict[str, _Channel] = {}
+
+    def unused(self, msg_id: bytes) -> bool:
+        """Whether no copy of the message is left: neither the topic's nor a channel's."""
+        if msg_id in self.held:
+            return False
+        return not any(msg_id in channel.copies for channel in self.channels.values())
 
 
 def store_file_name(owner: str, incarnation: str) -> str:
@@ -256,9 +260,13 @@ class ReplicaStore:
     def log_size(self) -> int:
         return self._log_size
 
-    def apply(self, seq: int, events: Sequence[Event]) -> None:
+    def apply(
+        self, seq: int, events: Sequence[Event], encoded: bytes | memoryview | None = None
+    ) -> None:
         """Append events ``seq``, ``seq + 1``, ... to the log and apply them. Events already
-        applied (a resend after a reconnect) are skipped; a gap raises :class:`SequenceGap`."""
+        applied (a resend after a reconnect) are skipped; a gap raises :class:`SequenceGap`.
+        ``encoded`` is ``encode_events(events)`` if the caller has it (as it came from the
+        owner): logged as it is."""
         self._check_open()
         if seq < 1:
             raise ValueError(f"sequence numbers start at 1, not {seq}")
@@ -268,11 +276,11 @@ class ReplicaStore:
         if already >= len(events):
             return
         if already:
-            events, seq = events[already:], seq + already
-        self._append(seq, events)
-        self._apply_events(events)
+            events, seq, encoded = events[already:], seq + already, None
+        self._append(seq, events, encoded)
+        # --sync-every counts messages, as nsqd's own queues do: a PUTS counts its records
+        self._unsynced += self._apply_events(events)
         self._applied_seq = seq + len(events) - 1
-        self._unsynced += len(events)
         if self._unsynced >= self._sync_every or self.sync_due():
             self.sync()
         self._maybe_compact()
@@ -366,8 +374,10 @@ class ReplicaStore:
                 offset = end
         return offset
 
-    def _append(self, seq: int, events: Sequence[Event]) -> None:
-        record = _record(seq, events)
+    def _append(
+        self, seq: int, events: Sequence[Event], encoded: bytes | memoryview | None = None
+    ) -> None:
+        record = _record(seq, events, encoded)
         try:
             _write_all(self._fd, record)
         except OSError:
@@ -437,9 +447,13 @@ class ReplicaStore:
 
     # -- the index ---------------------------------------------------------------------
 
-    def _apply_events(self, events: Sequence[Event]) -> None:
+    def _apply_events(self, events: Sequence[Event]) -> int:
+        """Apply ``events`` to the index; how many messages and operations they carry."""
+        count = len(events)
         for event in events:
-            if isinstance(event, Put):
+            if isinstance(event, Puts):
+                count += self._puts(event) - 1
+            elif isinstance(event, Put):
                 self._put(event)
             elif isinstance(event, Fin):
                 self._fin(event)
@@ -453,6 +467,7 @@ class ReplicaStore:
                 self._channel_op(event)
             else:
                 self._topic_op(event)
+        return count
 
     def _topic(self, name: str) -> _Topic:
         topic = self._topics.get(name)
@@ -471,78 +486,134 @@ class ReplicaStore:
 
     def _put(self, event: Put) -> None:
         topic = self._topic(event.topic)
-        message = topic.messages.get(event.msg_id)
+        msg_id = event.msg_id
+        message = topic.messages.get(msg_id)
         if message is None:
-            message = _Message(event.timestamp, event.attempts, event.body, 0.0)
-            topic.messages[event.msg_id] = message
+            message = topic.messages[msg_id] = (event.timestamp, event.attempts, event.body)
             self._live_bytes += len(event.body) + _MESSAGE_COST
-        else:  # the same message put again: keep the higher attempts
-            message.attempts = max(message.attempts, event.attempts)
+        elif event.attempts > message[_ATTEMPTS]:  # the same message put again: keep the higher
+            message = topic.messages[msg_id] = (message[_TIMESTAMP], event.attempts, message[_BODY])
         due = self._due(event.defer_ms)
         if event.channels is None:
-            message.due = due
-            if event.msg_id not in topic.held:
-                topic.held[event.msg_id] = None
-                message.refs += 1
-        else:
-            for name in event.channels:
-                self._add_copy(topic, name, event.msg_id, message, due)
-        if message.refs == 0:  # put to no channel at all: nothing to keep
-            self._forget(topic, event.msg_id)
+            topic.held[msg_id] = due
+            return
+        for name in event.channels:
+            self._add_copy(topic, name, msg_id, message[_ATTEMPTS], due)
+        if not event.channels and topic.unused(msg_id):  # put to no channel at all
+            self._forget(topic, msg_id)
 
-    def _add_copy(
-        self, topic: _Topic, name: str, msg_id: bytes, message: _Message, due: float
-    ) -> None:
+    def _puts(self, event: Puts) -> int:
+        """A Put of each record (with the event's channels, no deferral); how many. A new
+        message, the usual case, inlined: every published message passes here."""
+        topic = self._topic(event.topic)
+        messages, held = topic.messages, topic.held
+        copies = None
+        if event.channels is not None:
+            copies = [self._channel(topic, name).copies for name in event.channels]
+        records = event.records
+        unpack = RECORD_HEAD.unpack_from
+        head = RECORD_HEAD.size
+        end = len(records)
+        pos = count = fresh = added = 0
+        while pos < end:
+            size, timestamp, attempts, msg_id = unpack(records, pos)
+            stop = pos + 4 + size
+            count += 1
+            if msg_id in messages or copies == []:
+                body = records[pos + head : stop]
+                self._put(Put(event.topic, msg_id, timestamp, attempts, body, event.channels))
+            else:
+                # a copy implies its message: a new message is on no channel yet
+                body = records[pos + head : stop]
+                messages[msg_id] = (timestamp, attempts, body)
+                added += len(body)
+                fresh += 1
+                if copies is None:
+                    held[msg_id] = 0.0
+                else:
+                    for channel_copies in copies:
+                        channel_copies[msg_id] = attempts
+            pos = stop
+        copy_count = len(copies) if copies is not None else 0
+        self._live_bytes += added + fresh * (_MESSAGE_COST + copy_count * _COPY_COST)
+        return count
+
+    def _add_copy(self, topic: _Topic, name: str, msg_id: bytes, attempts: int, due: float) -> None:
         channel = self._channel(topic, name)
-        attempts = channel.copies.get(msg_id)
-        if attempts is None:
-            message.refs += 1
+        known = channel.copies.get(msg_id)
+        if known is None:
             self._live_bytes += _COPY_COST
-            channel.copies[msg_id] = message.attempts
-        elif message.attempts > attempts:
-            channel.copies[msg_id] = message.attempts
+            channel.copies[msg_id] = attempts
+        elif attempts > known:
+            channel.copies[msg_id] = attempts
         if due:
             channel.deferred[msg_id] = due
 
-    def _release(self, topic: _Topic, msg_id: bytes) -> None:
-        """One copy of the message (a channel's, or the topic's hold) is done with."""
-        message = topic.messages[msg_id]
-        message.refs -= 1
-        if message.refs == 0:
-            self._forget(topic, msg_id)
-
     def _forget(self, topic: _Topic, msg_id: bytes) -> None:
         message = topic.messages.pop(msg_id)
-        self._live_bytes -= len(message.body) + _MESSAGE_COST
+        self._live_bytes -= len(message[_BODY]) + _MESSAGE_COST
 
     def _fanout(self, event: Fanout) -> None:
         topic = self._topics.get(event.topic)
         if topic is None:
             return
-        for msg_id in event.ids:
-            if msg_id not in topic.held:
-                continue  # unknown, finished, or assigned already
-            del topic.held[msg_id]
-            message = topic.messages[msg_id]
-            for name in event.channels:
-                self._add_copy(topic, name, msg_id, message, message.due)
-            message.due = 0.0
-            self._release(topic, msg_id)
+        held, messages = topic.held, topic.messages
+        # not unknown, finished, or assigned already
+        assigned = [msg_id for msg_id in dict.fromkeys(event.ids) if msg_id in held]
+        if not assigned:
+            return
+        channels = [self._channel(topic, name) for name in event.channels]
+        added = 0
+        # _add_copy per message, inlined: every published message may pass here
+        for msg_id in assigned:
+            due = held.pop(msg_id)
+            attempts = messages[msg_id][_ATTEMPTS]
+            for channel in channels:
+                copies = channel.copies
+                known = copies.get(msg_id)
+                if known is None:
+                    added += 1
+                    copies[msg_id] = attempts
+                elif attempts > known:
+                    copies[msg_id] = attempts
+                if due:
+                    channel.deferred[msg_id] = due
+            if not channels and topic.unused(msg_id):
+                self._forget(topic, msg_id)
+        self._live_bytes += added * _COPY_COST
 
     def _fin(self, event: Fin) -> None:
         topic = self._topics.get(event.topic)
         channel = topic.channels.get(event.channel) if topic is not None else None
         if topic is None or channel is None:
             return
+        copies, deferred, messages, held = (
+            channel.copies,
+            channel.deferred,
+            topic.messages,
+            topic.held,
+        )
+        others = [other.copies for other in topic.channels.values() if other is not channel]
+        dropped = freed = 0
+        # _drop_copy per message, inlined: every finished message passes here
         for msg_id in event.ids:
-            self._drop_copy(topic, channel, msg_id)
+            if copies.pop(msg_id, None) is None:
+                continue
+            if deferred:
+                deferred.pop(msg_id, None)
+            dropped += 1
+            if msg_id in held or any(msg_id in other for other in others):
+                continue
+            freed += len(messages.pop(msg_id)[_BODY]) + _MESSAGE_COST
+        self._live_bytes -= dropped * _COPY_COST + freed
 
     def _drop_copy(self, topic: _Topic, channel: _Channel, msg_id: bytes) -> None:
         if channel.copies.pop(msg_id, None) is None:
             return
         channel.deferred.pop(msg_id, None)
         self._live_bytes -= _COPY_COST
-        self._release(topic, msg_id)
+        if topic.unused(msg_id):
+            self._forget(topic, msg_id)
 
     def _copy_of(self, topic_name: str, channel_name: str, msg_id: bytes) -> _Channel | None:
         """The channel that holds a copy of the message, if any."""
@@ -583,7 +654,8 @@ class ReplicaStore:
     def _drop_held(self, topic: _Topic) -> None:
         for msg_id in list(topic.held):
             del topic.held[msg_id]
-            self._release(topic, msg_id)
+            if topic.unused(msg_id):
+                self._forget(topic, msg_id)
 
     def _topic_op(self, event: TopicOp) -> None:
         if event.op == OP_DELETE:
@@ -619,7 +691,7 @@ def _remaining_ms(due: float, now: float) -> int:
 
 
 def _taken(msg_id: bytes, message: _Message, attempts: int, defer: float) -> TakenMessage:
-    return TakenMessage(msg_id, message.timestamp, attempts, message.body, defer)
+    return TakenMessage(msg_id, message[_TIMESTAMP], attempts, message[_BODY], defer)
 
 
 def _taken_topic(name: str, topic: _Topic, now: float) -> TakenTopic:
@@ -635,7 +707,7 @@ def _taken_topic(name: str, topic: _Topic, now: float) -> TakenTopic:
         )
         channels[channel_name] = TakenChannel(channel_name, channel.paused, messages)
     held = tuple(
-        _taken(msg_id, message, message.attempts, _remaining(message.due, now))
+        _taken(msg_id, message, message[_ATTEMPTS], _remaining(topic.held[msg_id], now))
         for msg_id, message in topic.messages.items()
         if msg_id in topic.held
     )
@@ -647,9 +719,10 @@ def _message_events(
 ) -> Iterator[Event]:
     """One live message as events: its topic hold, its channel copies, their attempts above
     the message's own and their deferrals."""
+    timestamp, attempts, body = message
     if msg_id in topic.held:
-        defer_ms = _remaining_ms(message.due, now)
-        yield Put(name, msg_id, message.timestamp, message.attempts, message.body, None, defer_ms)
+        defer_ms = _remaining_ms(topic.held[msg_id], now)
+        yield Put(name, msg_id, timestamp, attempts, body, None, defer_ms)
     holders = [
         (channel_name, channel)
         for channel_name, channel in topic.channels.items()
@@ -658,11 +731,11 @@ def _message_events(
     if not holders:
         return
     names = tuple(channel_name for channel_name, _ in holders)
-    yield Put(name, msg_id, message.timestamp, message.attempts, message.body, names)
+    yield Put(name, msg_id, timestamp, attempts, body, names)
     for channel_name, channel in holders:
-        attempts = channel.copies[msg_id]
-        if attempts > message.attempts:
-            yield Attempts(name, channel_name, msg_id, attempts)
+        copy_attempts = channel.copies[msg_id]
+        if copy_attempts > attempts:
+            yield Attempts(name, channel_name, msg_id, copy_attempts)
         defer_ms = _remaining_ms(channel.deferred.get(msg_id, 0.0), now)
         if defer_ms:
             yield Defer(name, channel_name, msg_id, defer_ms)
@@ -700,10 +773,10 @@ def _read_header(handle: BinaryIO) -> _Header:
     return _Header(owner, incarnation, base_seq)
 
 
-def _record(seq: int, events: Sequence[Event]) -> bytes:
-    payload = encode_events(events)
+def _record(seq: int, events: Sequence[Event], encoded: bytes | memoryview | None = None) -> bytes:
+    payload = encode_events(events) if encoded is None else encoded
     crc = zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq)))
-    return _RECORD_HEAD.pack(len(payload) + _RECORD_FIXED, crc, seq) + payload
+    return b"".join((_RECORD_HEAD.pack(len(payload) + _RECORD_FIXED, crc, seq), payload))
 
 
 def _records(

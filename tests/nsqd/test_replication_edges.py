@@ -4,17 +4,22 @@ catches up, a channel created while a node is down, and too few peers reachable 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import pytest
 
-from nsqpy.testing import DaemonProcess
+from nsqpy.protocol import replica as r1
+from nsqpy.testing import DaemonProcess, start_nsqd
 
 from ..raw_v2 import NsqConn, dpub_cmd, http_request, pub_cmd, unique
 from .test_replication import (
@@ -274,3 +279,68 @@ def test_a_blank_disk_rejoin_gets_its_copies_back(
     expected |= {f"away{index}".encode() for index in range(20)} | {b"deferred"}
     assert in_flight <= expected
     assert got == Counter(dict.fromkeys(expected, 1))
+
+
+def test_a_paused_node_does_not_take_over_its_peers_when_it_resumes(
+    group_factory: Callable[..., Group],
+) -> None:
+    """A stopped (SIGSTOP) past --replica-timeout holds 10 copies for B. On SIGCONT its own
+    clock says B has been silent that long, but the silence was A's: it takes nothing over,
+    links again and still holds B's copies; B took over A's run (which owned nothing)."""
+    group = group_factory(2, 1, "--sync-every=1")
+    a, b = started(group, 2)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(b, topic, channel)
+    publish(b, topic, [f"m{index}".encode() for index in range(10)])
+    b_address = group.address(1)
+    wait_for(lambda: held_for(a, b_address) == 10, what="10 held by A")
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.5)  # 2.5 x --replica-timeout
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    wait_for(lambda: all_connected([a, b]), what="linked again")
+    time.sleep(1.5)  # past another --replica-timeout: B spoke meanwhile
+    assert peers_of(a)[b_address]["taken_over"] == 0
+    assert held_for(a, b_address) == 10
+    assert "took over" not in a.log
+    assert "silence meanwhile is not judged" in a.log
+
+
+def test_a_peer_that_drops_each_link_at_once_is_dialled_with_backoff(tmp_path: Path) -> None:
+    """A peer that welcomes the link and closes it at once (as one with a full disk does,
+    its store refusing the first write) is dialled again with a growing delay, not every
+    RECONNECT_MIN: over 3 s, a handful of links, and the failure logged once."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    dials: list[float] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            dials.append(time.monotonic())
+            with conn:
+                conn.settimeout(2.0)
+                with contextlib.suppress(OSError):
+                    conn.recv(4096)  # the magic and HELLO
+                    conn.sendall(r1.welcome({"incarnation": "dropper", "stored": 0}))
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    node = start_nsqd(
+        tmp_path, f"--replica-peer=127.0.0.1:{port}", "--replica-acks=1", "--node-id=7"
+    )
+    try:
+        time.sleep(3.0)
+    finally:
+        node.kill()
+        stop.set()
+        server.join(timeout=5)
+        listener.close()
+    assert 3 <= len(dials) <= 8, dials  # 0.05, 0.1, 0.2, 0.4, 0.8, 1.6 s apart at most
+    assert node.log.count("failed: ConnectionResetError") == 1, node.log

@@ -441,12 +441,16 @@ class Replication:
         self._ack(held)
 
     def _new_segment(self, held: _Held, link: InboundLink, first_seq: int) -> _Held:
-        self.nsqd.logger.warn(
-            f"REPLICA: {held.owner} resumes at {first_seq}, after "
-            f"{held.offset + held.store.applied_seq}: its copies in between are taken over"
-        )
         held.link = None
-        self.take_over(held, "gap")
+        if held.store.live_count() == 0:  # nothing to take over (a blank store, say)
+            self.held.pop((held.owner, held.incarnation), None)
+            held.store.delete()
+        else:
+            self.nsqd.logger.warn(
+                f"REPLICA: {held.owner} resumes at {first_seq}, after "
+                f"{held.offset + held.store.applied_seq}: its copies in between are taken over"
+            )
+            self.take_over(held, "gap")
         fresh = self._open_store(held.owner, held.incarnation, first_seq - 1, self.nsqd.now())
         fresh.link = link
         link.held = fresh
@@ -550,9 +554,16 @@ class Replication:
     async def _watch(self) -> None:
         """Every --replica-timeout/4: take over what gone owners left here, and fail the
         publishes that waited --replica-timeout for too few reachable peers."""
+        tick = self.nsqd.now()
         while True:
             await asyncio.sleep(self.timeout / 4)
-            now = self.nsqd.now()
+            now, last_tick = self.nsqd.now(), tick
+            tick = now
+            if now - last_tick >= self.timeout / 2:
+                # this node stood still (SIGSTOP, swapping, a blocked loop): the silence it
+                # sees is its own, and its peers get a fresh --replica-timeout to speak
+                self._forgive_silence(now)
+                continue
             for held in list(self.held.values()):
                 if now - held.last_heard >= self.timeout:
                     if held.link is not None:
@@ -563,6 +574,16 @@ class Replication:
                     link.close()
             if self._reached_short(now):
                 self._fail_waiters(ReplicasShort(self.shortage() or "replicas short"))
+
+    def _forgive_silence(self, now: float) -> None:
+        for held in self.held.values():
+            held.last_heard = max(held.last_heard, now)
+        for link in self.inbound:
+            link.last_heard = max(link.last_heard, now)
+        self.nsqd.logger.warn(
+            "REPLICA: this node was held up for over --replica-timeout/2; its peers' "
+            "silence meanwhile is not judged"
+        )
 
     def _reached_short(self, now: float) -> bool:
         """Whether too few peers have been reachable for --replica-timeout."""
@@ -714,6 +735,7 @@ class PeerLink:
         self.acked = 0
         self.last_heard = 0.0
         self.down_since = replication.nsqd.now()
+        self.up_since = 0.0
         self.peer_incarnation: str | None = None  # the peer's run this link last linked to
         self._writer: asyncio.StreamWriter | None = None
 
@@ -734,15 +756,19 @@ class PeerLink:
                 await self._session()
             except (OSError, TimeoutError, ReplicaProtocolError, ValueError) as exc:
                 failure = f"{type(exc).__name__}: {exc}"
-                if self.up or failure != said:
+                if failure != said or self._lasted():
                     logger.warn(f"REPLICA: link to {self.address} failed: {failure}")
                 said = failure
             finally:
-                if self.up:
+                if self._lasted():  # a link the peer drops at once (a full disk) backs off
                     delay = RECONNECT_MIN
                 self._down()
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX, self.replication.timeout / 2)
+
+    def _lasted(self) -> bool:
+        """Whether the link is up and has been for RECONNECT_MAX."""
+        return self.up and self.replication.nsqd.now() - self.up_since >= RECONNECT_MAX
 
     def _down(self) -> None:
         if self.up:
@@ -820,6 +846,7 @@ class PeerLink:
         self.sent = stream.last if lacks_dropped else stored
         self.acked = stored
         self.up = True
+        self.up_since = replication.nsqd.now()
         self.replication.nsqd.logger.info(
             f"REPLICA: linked to {self.address} (stored {stored}, sending from {self.sent + 1})"
         )

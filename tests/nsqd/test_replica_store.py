@@ -607,3 +607,27 @@ def test_puts_naming_channels_is_puts_then_its_fanout(
         assert one.live_count() == two.live_count()
         for store in stores:
             store.close()
+
+
+def test_the_bodies_stay_in_the_log_not_in_memory(tmp_path: Path, clock: FakeClock) -> None:
+    """A held message costs the index its place in the log, not its body: 200 copies of 64
+    KiB bodies leave no body in the store's memory, and a takeover reads them back whole,
+    also after a compaction moved them and after a reopen."""
+    store = open_store(tmp_path, clock, compact_floor=4096)
+    feed = Feeder(store)
+    bodies = {mid(n): bytes([n % 251]) * 65536 for n in range(200)}
+    for msg_id, body in bodies.items():
+        feed.send(Put("t", msg_id, 1, 1, body, ("a",)))
+    index_objects = [item for topic in store._topics.values() for item in topic.messages.values()]
+    assert all(isinstance(field, int) for item in index_objects for field in item)
+
+    def taken_bodies(s: ReplicaStore) -> dict[bytes, bytes]:
+        return {m.msg_id: m.body for m in s.takeover().topics["t"].channels["a"].messages}
+
+    assert taken_bodies(store) == bodies
+    feed.send(Fin("t", "a", tuple(list(bodies)[:150])))  # most of the log is finished
+    assert store.compactions == 1
+    live = {msg_id: body for msg_id, body in list(bodies.items())[150:]}
+    assert taken_bodies(store) == live
+    store.close()
+    assert taken_bodies(open_store(tmp_path, clock)) == live

@@ -40,6 +40,9 @@ class Put:
     body: bytes
     channels: tuple[str, ...] | None
     defer_ms: int = 0
+    #: where the body starts in the event batch it was decoded from (-1: not decoded), so a
+    #: store that logs the batch as it came can find the body in its log
+    at: int = field(default=-1, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,8 @@ class Puts:
     topic: str
     records: bytes
     channels: tuple[str, ...] | None = None
+    #: where ``records`` starts in the event batch it was decoded from (-1: not decoded)
+    at: int = field(default=-1, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,10 +287,11 @@ def encode_events(events: Sequence[Event]) -> bytes:
 class _Reader:
     """A cursor over an event batch; every read checks the bytes are there first."""
 
-    __slots__ = ("data", "end", "pos")
+    __slots__ = ("data", "end", "origin", "pos")
 
     def __init__(self, data: bytes | bytearray | memoryview, pos: int) -> None:
         self.data = data
+        self.origin = pos  # where the batch starts: positions in events count from it
         self.pos = pos
         self.end = len(data)
 
@@ -305,10 +311,6 @@ class _Reader:
 
     def u32(self) -> int:
         return int(_U32.unpack_from(self.data, self.need(4))[0])
-
-    def raw(self, size: int) -> bytes:
-        pos = self.need(size)
-        return bytes(self.data[pos : pos + size])
 
     def name(self) -> str:
         size = self.u16()
@@ -354,8 +356,10 @@ class _Reader:
         if defer_ms < 0:
             raise ReplicaProtocolError(f"negative deferral {defer_ms}")
         channels = self.channels()
-        body = self.raw(self.u32())
-        return Put(topic, msg_id, timestamp, attempts, body, channels, defer_ms)
+        size = self.u32()
+        pos = self.need(size)
+        body = bytes(self.data[pos : pos + size])
+        return Put(topic, msg_id, timestamp, attempts, body, channels, defer_ms, pos - self.origin)
 
     def puts(self) -> Puts:
         topic = self.name()
@@ -366,7 +370,7 @@ class _Reader:
         if not records:
             raise ReplicaProtocolError("PUTS without records")
         record_count(records)
-        return Puts(topic, records, channels)
+        return Puts(topic, records, channels, pos - self.origin)
 
     def event(self) -> Event:
         kind = self.u8()

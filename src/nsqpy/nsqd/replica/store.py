@@ -31,7 +31,7 @@ import os
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final, NamedTuple
@@ -44,6 +44,7 @@ from ...protocol.replica import (
     OP_EMPTY,
     OP_PAUSE,
     OP_UNPAUSE,
+    RECORD_FIXED,
     RECORD_HEAD,
     Attempts,
     ChannelOp,
@@ -134,13 +135,16 @@ class Takeover:
 
 
 #: a message with at least one unfinished copy (a channel's, or the topic's while it waits
-#: there): ``(timestamp, attempts, body)``. A plain tuple, not an object with a reference
+#: there): ``(timestamp, attempts, at, length)``, its body ``length`` bytes at offset ``at`` of
+#: the log, read back only for a takeover or a compaction: a peer holds the bodies of what it
+#: keeps for its owners on disk, not in memory. A plain tuple, not an object with a reference
 #: count, as every published message becomes one; whether a copy is left is looked up in the
 #: topic's few channels instead.
-_Message = tuple[int, int, bytes]
+_Message = tuple[int, int, int, int]
 _TIMESTAMP: Final = 0
 _ATTEMPTS: Final = 1
-_BODY: Final = 2
+_AT: Final = 2
+_LENGTH: Final = 3
 
 
 class _Channel:
@@ -277,9 +281,12 @@ class ReplicaStore:
             return
         if already:
             events, seq, encoded = events[already:], seq + already, None
-        self._append(seq, events, encoded)
+        if encoded is None:  # encoded here, and decoded again for where the bodies are
+            encoded = encode_events(events)
+            events = decode_events(bytes(encoded))
+        at = self._append(seq, encoded)
         # --sync-every counts messages, as nsqd's own queues do: a PUTS counts its records
-        self._unsynced += self._apply_events(events)
+        self._unsynced += self._apply_events(events, at)
         self._applied_seq = seq + len(events) - 1
         if self._unsynced >= self._sync_every or self.sync_due():
             self.sync()
@@ -305,8 +312,11 @@ class ReplicaStore:
         )
 
     def takeover(self) -> Takeover:
+        self._check_open()
         now = self._clock()
-        topics = {name: _taken_topic(name, topic, now) for name, topic in self._topics.items()}
+        topics = {
+            name: _taken_topic(name, topic, self._body, now) for name, topic in self._topics.items()
+        }
         return Takeover(self.owner, self.incarnation, self._stored_seq, topics)
 
     def close(self) -> None:
@@ -329,6 +339,13 @@ class ReplicaStore:
 
     # -- the log -----------------------------------------------------------------------
 
+    def _body(self, message: _Message) -> bytes:
+        """A message's body, read from the log."""
+        body = os.pread(self._fd, message[_LENGTH], message[_AT])
+        if len(body) != message[_LENGTH]:
+            raise ReplicaStoreError(f"{self.path.name}: a body at {message[_AT]} is cut short")
+        return body
+
     def _check_open(self) -> None:
         if self._fd < 0:
             raise ReplicaStoreError(f"replica store {self.path.name} is closed")
@@ -341,7 +358,7 @@ class ReplicaStore:
             self._rewrite(())
             return
         good_end = self._replay()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         if good_end < self.path.stat().st_size:
             # drop the torn tail, so the next record follows the last good one
             os.ftruncate(self._fd, good_end)
@@ -360,24 +377,23 @@ class ReplicaStore:
             file_size = os.fstat(handle.fileno()).st_size
             offset = handle.tell()
             numbered = False
-            for seq, events, end in _records(handle, file_size, self._log):
+            for seq, events, at, end in _records(handle, file_size, self._log):
                 if seq == SNAPSHOT_SEQ and numbered:
                     self._log("ERROR", f"{self.path.name}: snapshot record at {offset}")
                     break
                 if seq != SNAPSHOT_SEQ and seq != self._applied_seq + 1:
                     self._log("ERROR", f"{self.path.name}: record {seq} at {offset} out of order")
                     break
-                self._apply_events(events)
+                self._apply_events(events, at)
                 if seq != SNAPSHOT_SEQ:
                     numbered = True
                     self._applied_seq = seq + len(events) - 1
                 offset = end
         return offset
 
-    def _append(
-        self, seq: int, events: Sequence[Event], encoded: bytes | memoryview | None = None
-    ) -> None:
-        record = _record(seq, events, encoded)
+    def _append(self, seq: int, encoded: bytes | memoryview) -> int:
+        """Log the encoded events as record ``seq``; where in the file the events start."""
+        record = _record(seq, encoded)
         try:
             _write_all(self._fd, record)
         except OSError:
@@ -385,25 +401,32 @@ class ReplicaStore:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, self._log_size)
             raise
+        at = self._log_size + _RECORD_HEAD.size
         self._log_size += len(record)
+        return at
 
     def _temp_path(self) -> Path:
         return self.path.with_name(self.path.name + ".tmp")
 
-    def _rewrite(self, snapshot: Sequence[Event]) -> None:
+    def _rewrite(self, snapshot: Iterable[Event]) -> None:
         """Replace the log with a header and ``snapshot``: written to a temporary file,
-        fsynced, renamed over the log, the directory fsynced."""
+        fsynced, renamed over the log, the directory fsynced. The index is built anew from
+        what is written, as a replay of the new file would (the bodies' places change)."""
         temp = self._temp_path()
         # O_APPEND: after a failed write is truncated away, the next one follows the good end
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        old_index = self._topics, self._live_bytes
+        self._topics, self._live_bytes = {}, 0
         try:
             size = _write_all(fd, _header(self.owner, self.incarnation, self._applied_seq))
-            for start in range(0, len(snapshot), SNAPSHOT_BATCH):
-                batch = snapshot[start : start + SNAPSHOT_BATCH]
-                size += _write_all(fd, _record(SNAPSHOT_SEQ, batch))
+            for batch in _batches(snapshot, SNAPSHOT_BATCH):
+                encoded = encode_events(batch)
+                size += _write_all(fd, _record(SNAPSHOT_SEQ, encoded))
+                self._apply_events(decode_events(encoded), size - len(encoded))
             os.fsync(fd)
             os.rename(temp, self.path)
         except BaseException:
+            self._topics, self._live_bytes = old_index
             os.close(fd)
             with contextlib.suppress(OSError):
                 temp.unlink()
@@ -425,16 +448,16 @@ class ReplicaStore:
         if self._log_size <= self._compact_floor or self._log_size <= threshold:
             return
         try:
-            self._rewrite(list(self._snapshot()))
+            self._rewrite(self._snapshot(self._topics))
             self.compactions += 1
         except OSError as exc:
             self._log("ERROR", f"{self.path.name}: compaction failed: {exc}")
             self._compacted_size = self._log_size  # try again once the log has doubled
 
-    def _snapshot(self) -> Iterator[Event]:
+    def _snapshot(self, topics: dict[str, _Topic]) -> Iterator[Event]:
         """The index written as events which, applied to an empty store, rebuild it."""
         now = self._clock()
-        for name, topic in self._topics.items():
+        for name, topic in topics.items():
             yield TopicOp(name, OP_CREATE)
             if topic.paused:
                 yield TopicOp(name, OP_PAUSE)
@@ -442,19 +465,27 @@ class ReplicaStore:
                 yield ChannelOp(name, channel_name, OP_CREATE)
                 if channel.paused:
                     yield ChannelOp(name, channel_name, OP_PAUSE)
-            for msg_id, message in topic.messages.items():
-                yield from _message_events(name, topic, msg_id, message, now)
+            for msg_id, message in list(topic.messages.items()):
+                body = self._body(message)
+                yield from _message_events(name, topic, msg_id, message, body, now)
 
     # -- the index ---------------------------------------------------------------------
 
-    def _apply_events(self, events: Sequence[Event]) -> int:
-        """Apply ``events`` to the index; how many messages and operations they carry."""
+    def _apply_events(self, events: Sequence[Event], at: int) -> int:
+        """Apply ``events``, decoded from the log at offset ``at``, to the index; how many
+        messages and operations they carry."""
         count = len(events)
         for event in events:
             if isinstance(event, Puts):
-                count += self._puts(event) - 1
+                count += self._puts(event, at + _place(event)) - 1
             elif isinstance(event, Put):
-                self._put(event)
+                self._put_message(
+                    event.topic,
+                    event.msg_id,
+                    (event.timestamp, event.attempts, at + _place(event), len(event.body)),
+                    event.channels,
+                    self._due(event.defer_ms),
+                )
             elif isinstance(event, Fin):
                 self._fin(event)
             elif isinstance(event, Fanout):
@@ -484,27 +515,38 @@ class ReplicaStore:
     def _due(self, defer_ms: int) -> float:
         return self._clock() + defer_ms / 1000 if defer_ms > 0 else 0.0
 
-    def _put(self, event: Put) -> None:
-        topic = self._topic(event.topic)
-        msg_id = event.msg_id
-        message = topic.messages.get(msg_id)
-        if message is None:
-            message = topic.messages[msg_id] = (event.timestamp, event.attempts, event.body)
-            self._live_bytes += len(event.body) + _MESSAGE_COST
-        elif event.attempts > message[_ATTEMPTS]:  # the same message put again: keep the higher
-            message = topic.messages[msg_id] = (message[_TIMESTAMP], event.attempts, message[_BODY])
-        due = self._due(event.defer_ms)
-        if event.channels is None:
+    def _put_message(
+        self,
+        topic_name: str,
+        msg_id: bytes,
+        message: _Message,
+        channels: tuple[str, ...] | None,
+        due: float,
+    ) -> None:
+        """A Put: the message (kept as first put, its attempts raised by a later put), held
+        by the topic (``channels`` None) or copied to ``channels``."""
+        topic = self._topic(topic_name)
+        known = topic.messages.get(msg_id)
+        if known is None:
+            topic.messages[msg_id] = message
+            self._live_bytes += message[_LENGTH] + _MESSAGE_COST
+        elif message[_ATTEMPTS] > known[_ATTEMPTS]:
+            timestamp, _, at, length = known
+            message = topic.messages[msg_id] = (timestamp, message[_ATTEMPTS], at, length)
+        else:
+            message = known
+        if channels is None:
             topic.held[msg_id] = due
             return
-        for name in event.channels:
+        for name in channels:
             self._add_copy(topic, name, msg_id, message[_ATTEMPTS], due)
-        if not event.channels and topic.unused(msg_id):  # put to no channel at all
+        if not channels and topic.unused(msg_id):  # put to no channel at all
             self._forget(topic, msg_id)
 
-    def _puts(self, event: Puts) -> int:
-        """A Put of each record (with the event's channels, no deferral); how many. A new
-        message, the usual case, inlined: every published message passes here."""
+    def _puts(self, event: Puts, at: int) -> int:
+        """A Put of each record (with the event's channels, no deferral), the records logged
+        at offset ``at``; how many. A new message, the usual case, inlined: every published
+        message passes here."""
         topic = self._topic(event.topic)
         messages, held = topic.messages, topic.held
         copies = None
@@ -517,23 +559,22 @@ class ReplicaStore:
         pos = count = fresh = added = 0
         while pos < end:
             size, timestamp, attempts, msg_id = unpack(records, pos)
-            stop = pos + 4 + size
+            length = size - RECORD_FIXED
             count += 1
             if msg_id in messages or copies == []:
-                body = records[pos + head : stop]
-                self._put(Put(event.topic, msg_id, timestamp, attempts, body, event.channels))
+                message = (timestamp, attempts, at + pos + head, length)
+                self._put_message(event.topic, msg_id, message, event.channels, 0.0)
             else:
                 # a copy implies its message: a new message is on no channel yet
-                body = records[pos + head : stop]
-                messages[msg_id] = (timestamp, attempts, body)
-                added += len(body)
+                messages[msg_id] = (timestamp, attempts, at + pos + head, length)
+                added += length
                 fresh += 1
                 if copies is None:
                     held[msg_id] = 0.0
                 else:
                     for channel_copies in copies:
                         channel_copies[msg_id] = attempts
-            pos = stop
+            pos += 4 + size
         copy_count = len(copies) if copies is not None else 0
         self._live_bytes += added + fresh * (_MESSAGE_COST + copy_count * _COPY_COST)
         return count
@@ -551,7 +592,7 @@ class ReplicaStore:
 
     def _forget(self, topic: _Topic, msg_id: bytes) -> None:
         message = topic.messages.pop(msg_id)
-        self._live_bytes -= len(message[_BODY]) + _MESSAGE_COST
+        self._live_bytes -= message[_LENGTH] + _MESSAGE_COST
 
     def _fanout(self, event: Fanout) -> None:
         topic = self._topics.get(event.topic)
@@ -604,7 +645,7 @@ class ReplicaStore:
             dropped += 1
             if msg_id in held or any(msg_id in other for other in others):
                 continue
-            freed += len(messages.pop(msg_id)[_BODY]) + _MESSAGE_COST
+            freed += messages.pop(msg_id)[_LENGTH] + _MESSAGE_COST
         self._live_bytes -= dropped * _COPY_COST + freed
 
     def _drop_copy(self, topic: _Topic, channel: _Channel, msg_id: bytes) -> None:
@@ -690,24 +731,30 @@ def _remaining_ms(due: float, now: float) -> int:
     return math.ceil(_remaining(due, now) * 1000)
 
 
-def _taken(msg_id: bytes, message: _Message, attempts: int, defer: float) -> TakenMessage:
-    return TakenMessage(msg_id, message[_TIMESTAMP], attempts, message[_BODY], defer)
-
-
-def _taken_topic(name: str, topic: _Topic, now: float) -> TakenTopic:
+def _taken_topic(
+    name: str, topic: _Topic, read: Callable[[_Message], bytes], now: float
+) -> TakenTopic:
     """The topic's copies in the order the owner put the messages (oldest first), which a
     compacted log keeps, so a takeover lists the same before and after a rewrite."""
+    bodies: dict[bytes, bytes] = {}
+
+    def taken(msg_id: bytes, message: _Message, attempts: int, defer: float) -> TakenMessage:
+        body = bodies.get(msg_id)
+        if body is None:  # read once for all the channels that hold a copy
+            body = bodies[msg_id] = read(message)
+        return TakenMessage(msg_id, message[_TIMESTAMP], attempts, body, defer)
+
     channels = {}
     for channel_name, channel in topic.channels.items():
         copies, deferred = channel.copies, channel.deferred
         messages = tuple(
-            _taken(msg_id, message, copies[msg_id], _remaining(deferred.get(msg_id, 0.0), now))
+            taken(msg_id, message, copies[msg_id], _remaining(deferred.get(msg_id, 0.0), now))
             for msg_id, message in topic.messages.items()
             if msg_id in copies
         )
         channels[channel_name] = TakenChannel(channel_name, channel.paused, messages)
     held = tuple(
-        _taken(msg_id, message, message[_ATTEMPTS], _remaining(topic.held[msg_id], now))
+        taken(msg_id, message, message[_ATTEMPTS], _remaining(topic.held[msg_id], now))
         for msg_id, message in topic.messages.items()
         if msg_id in topic.held
     )
@@ -715,11 +762,11 @@ def _taken_topic(name: str, topic: _Topic, now: float) -> TakenTopic:
 
 
 def _message_events(
-    name: str, topic: _Topic, msg_id: bytes, message: _Message, now: float
+    name: str, topic: _Topic, msg_id: bytes, message: _Message, body: bytes, now: float
 ) -> Iterator[Event]:
     """One live message as events: its topic hold, its channel copies, their attempts above
     the message's own and their deferrals."""
-    timestamp, attempts, body = message
+    timestamp, attempts = message[_TIMESTAMP], message[_ATTEMPTS]
     if msg_id in topic.held:
         defer_ms = _remaining_ms(topic.held[msg_id], now)
         yield Put(name, msg_id, timestamp, attempts, body, None, defer_ms)
@@ -773,17 +820,18 @@ def _read_header(handle: BinaryIO) -> _Header:
     return _Header(owner, incarnation, base_seq)
 
 
-def _record(seq: int, events: Sequence[Event], encoded: bytes | memoryview | None = None) -> bytes:
-    payload = encode_events(events) if encoded is None else encoded
+def _record(seq: int, payload: bytes | memoryview) -> bytes:
+    """A log record of ``payload``, encoded events."""
     crc = zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq)))
     return b"".join((_RECORD_HEAD.pack(len(payload) + _RECORD_FIXED, crc, seq), payload))
 
 
 def _records(
     handle: BinaryIO, file_size: int, log: LogFunc
-) -> Iterator[tuple[int, list[Event], int]]:
-    """(seq, events, end offset) of each good record from the handle's position; stops (and
-    logs) at the first record that is cut short or does not check."""
+) -> Iterator[tuple[int, list[Event], int, int]]:
+    """(seq, events, offset of the events, end offset) of each good record from the
+    handle's position; stops (and logs) at the first record that is cut short or does not
+    check."""
     offset = handle.tell()
     name = os.path.basename(str(getattr(handle, "name", "")))
     while offset < file_size:
@@ -805,11 +853,29 @@ def _records(
         except ReplicaProtocolError as exc:
             log("ERROR", f"{name}: ignoring an undecodable record at {offset}: {exc}")
             return
-        yield seq, events, end
+        yield seq, events, offset + _RECORD_HEAD.size, end
         offset = end
 
 
-def _write_all(fd: int, data: bytes) -> int:
+def _place(event: Put | Puts) -> int:
+    """Where the event's body (records) starts in its batch, as decoded."""
+    if event.at < 0:
+        raise ValueError("an event not decoded from a batch: its body has no place")
+    return event.at
+
+
+def _batches(events: Iterable[Event], size: int) -> Iterator[list[Event]]:
+    batch: list[Event] = []
+    for event in events:
+        batch.append(event)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> int:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

@@ -28,6 +28,7 @@ NEW_FLAGS = {
     "replica-peer": "replica_peers",
     "replica-acks": "replica_acks",
     "replica-timeout": "replica_timeout",
+    "replica-max-lag": "replica_max_lag",
 }
 
 

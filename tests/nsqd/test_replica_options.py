@@ -43,6 +43,7 @@ def test_help_lists_the_flags_with_their_defaults() -> None:
     help_of = {line.strip(): lines[i + 1] for i, line in enumerate(lines) if line.startswith("  -")}
     assert help_of["-replica-acks value"].endswith("(default 2)")
     assert help_of["-replica-timeout value"].endswith("(default 10s)")
+    assert help_of["-replica-max-lag value"].endswith("(default 268435456)")
     assert "may be given multiple times" in help_of["-replica-peer HOST:PORT"]
     assert "(default" not in help_of["-replica-peer HOST:PORT"]  # Go leaves an empty list out
     flags = [line.split()[0] for line in lines if line.startswith("  -")]
@@ -148,6 +149,7 @@ def test_peer_addresses_that_do_not(address: str, reason: str) -> None:
         ),
         (["--replica-acks=-1"], "--replica-acks must be at least 1"),
         (["--replica-timeout=0s"], "--replica-timeout must be greater than 0"),
+        (["--replica-max-lag=0"], "--replica-max-lag must be at least 1"),
         (
             ["--replica-peer=127.0.0.1:4150", "--replica-timeout=-5s"],
             "--replica-timeout must be greater than 0",

@@ -21,7 +21,7 @@ import pytest
 from nsqpy.protocol import replica as r1
 from nsqpy.testing import DaemonProcess, start_nsqd
 
-from ..raw_v2 import NsqConn, dpub_cmd, http_request, pub_cmd, unique
+from ..raw_v2 import NsqConn, dpub_cmd, http_request, mpub_cmd, pub_cmd, unique
 from .test_replication import (
     Group,
     all_connected,
@@ -344,3 +344,62 @@ def test_a_peer_that_drops_each_link_at_once_is_dialled_with_backoff(tmp_path: P
         listener.close()
     assert 3 <= len(dials) <= 8, dials  # 0.05, 0.1, 0.2, 0.4, 0.8, 1.6 s apart at most
     assert node.log.count("failed: ConnectionResetError") == 1, node.log
+
+
+def test_a_peer_that_never_acknowledges_is_cut_loose(tmp_path: Path) -> None:
+    """A peer that reads the stream but never ACKs: once over --replica-max-lag of the
+    stream waits for it, the node closes its link and lets go of those events (its memory
+    stays bounded); the peer dials in again and gets the stream anew from a snapshot."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    links: list[int] = []  # bytes each link carried
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            links.append(0)
+            with conn:
+                conn.settimeout(0.2)
+                conn.sendall(r1.welcome({"incarnation": "silent", "stored": 0}))
+                while not stop.is_set():
+                    try:
+                        data = conn.recv(65536)
+                    except TimeoutError:
+                        continue
+                    except OSError:
+                        break
+                    if not data:
+                        break
+                    links[-1] += len(data)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    max_lag = 256 * 1024
+    node = start_nsqd(
+        tmp_path,
+        f"--replica-peer=127.0.0.1:{port}",
+        "--replica-acks=1",
+        f"--replica-max-lag={max_lag}",
+        "--node-id=5",
+    )
+    try:
+        topic = unique("rep")
+        body = b"x" * 1000
+        pub = NsqConn(node.tcp_address)
+        for _ in range(8):  # 8 x 100 KB in MPUBs, over three times the bound
+            pub.send(mpub_cmd(topic, [body] * 100))
+            pub.expect_ok(timeout=10.0)
+        wait_for(lambda: len(links) >= 2, what="the peer cut loose and linked again")
+        assert "unacknowledged: cut loose" in node.log
+        wait_for(lambda: "snapshot of 800 copies" in node.log, what="the snapshot sent")
+        assert links[0] < 2 * max_lag + 200_000  # the first link carried about the bound
+    finally:
+        node.kill()
+        stop.set()
+        server.join(timeout=5)
+        listener.close()

@@ -353,6 +353,13 @@ class Options(CommonOptions, HTTPClientTimeouts):
         DURATION,
         "[nsqpy] how long a --replica-peer must be unreachable before its messages are taken over",
     )
+    replica_max_lag: int = option(
+        "replica-max-lag",
+        268435456,
+        INT,
+        "[nsqpy] bytes of its stream a node keeps for a --replica-peer that has not acknowledged "
+        "them; a peer further behind is cut loose and gets a snapshot when it links again",
+    )
 
 
 def max_defer_ms(opts: Options) -> int:
@@ -423,4 +430,6 @@ def validate_replica_options(opts: Options) -> list[tuple[str, int]]:
         raise ReplicaOptionError(f"--replica-acks must be {bound}")
     if opts.replica_timeout <= 0:
         raise ReplicaOptionError("--replica-timeout must be greater than 0")
+    if opts.replica_max_lag < 1:
+        raise ReplicaOptionError("--replica-max-lag must be at least 1")
     return peers

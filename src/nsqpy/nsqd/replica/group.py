@@ -97,10 +97,24 @@ class _Stream:
 
     base: int = 1
     events: list[Event] = field(default_factory=list)
+    #: the kept events' sizes, roughly (bodies and records, 64 bytes of the rest)
+    sizes: list[int] = field(default_factory=list)
+    size: int = 0
 
     @property
     def last(self) -> int:
         return self.base + len(self.events) - 1
+
+    def append(self, event: Event) -> None:
+        size = _event_size(event)
+        self.events.append(event)
+        self.sizes.append(size)
+        self.size += size
+
+    def size_since(self, seq: int) -> int:
+        """Bytes of the events after ``seq``, roughly."""
+        start = max(0, seq + 1 - self.base)
+        return self.size - sum(self.sizes[:start]) if start else self.size
 
     def since(self, seq: int) -> list[Event]:
         return self.events[max(0, seq - self.base) :]
@@ -109,8 +123,16 @@ class _Stream:
         """Drop events up to ``upto`` (all peers that count have them)."""
         drop = min(upto - self.base + 1, len(self.events))
         if drop > 0 and (drop >= 1024 or drop * 2 >= len(self.events)):
+            self.size -= sum(self.sizes[:drop])
             del self.events[:drop]
+            del self.sizes[:drop]
             self.base += drop
+
+
+def _event_size(event: Event) -> int:
+    if isinstance(event, Puts):
+        return len(event.records) + 64
+    return len(event.body) + 64 if isinstance(event, Put) else 64
 
 
 class Replication:
@@ -119,6 +141,7 @@ class Replication:
         opts = nsqd.options
         self.acks = opts.replica_acks
         self.timeout = opts.replica_timeout
+        self.max_lag = opts.replica_max_lag
         self.address = address
         self.incarnation = secrets.token_hex(8)
         self.directory = Path(nsqd.data_path) / "replica"
@@ -174,7 +197,7 @@ class Replication:
     # ------------------------------------------------------------------ the stream
 
     def _emit(self, event: Event) -> None:
-        self.stream.events.append(event)
+        self.stream.append(event)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             # one loop turn later: a topic's pump scheduled by the same put runs first, so
@@ -197,6 +220,23 @@ class Replication:
                 link.sent = last
         if not any(link.counts(self.nsqd.now()) for link in self.links):
             self.stream.trim(last)  # no peer to keep them for
+        elif self.stream.size > self.max_lag:
+            self._cut_loose_laggards()
+
+    def _cut_loose_laggards(self) -> None:
+        """Peers that left over --replica-max-lag of the stream unacknowledged stop counting
+        (their link is closed), so the stream lets go of what they lack: each gets a
+        snapshot when it links again. The OK rule goes on with the others."""
+        now = self.nsqd.now()
+        for link in self.links:
+            if link.counts(now) and self.stream.size_since(link.acked) > self.max_lag:
+                self.nsqd.logger.warn(
+                    f"REPLICA: {link.address} left over --replica-max-lag "
+                    f"({self.max_lag} bytes) unacknowledged: cut loose"
+                )
+                link.cut_loose()
+        counted = [link.acked for link in self.links if link.counts(now)]
+        self.stream.trim(min(counted) if counted else self.stream.last)
 
     def acked(self, link: PeerLink, seq: int) -> None:
         link.acked = max(link.acked, seq)
@@ -710,10 +750,7 @@ def event_frames(first: int, events: list[Event]) -> list[bytes]:
     frames = []
     start, size = 0, 0
     for index, event in enumerate(events):
-        if isinstance(event, Puts):
-            size += len(event.records) + 64
-        else:
-            size += len(event.body) + 64 if isinstance(event, Put) else 64
+        size += _event_size(event)
         if size >= FRAME_BUDGET and index > start:
             frames.append(r1.events(first + start, events[start:index]))
             start, size = index, 0
@@ -765,6 +802,14 @@ class PeerLink:
                 self._down()
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX, self.replication.timeout / 2)
+
+    def cut_loose(self) -> None:
+        """Close the link and stop counting it (see Replication._cut_loose_laggards)."""
+        self.down_since = self.replication.nsqd.now() - self.replication.timeout
+        self.up = False
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     def _lasted(self) -> bool:
         """Whether the link is up and has been for RECONNECT_MAX."""

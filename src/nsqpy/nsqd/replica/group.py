@@ -471,6 +471,7 @@ class Replication:
                 held.store.apply(1, events[1 - local :])
         except SequenceGap as exc:
             raise ReplicaProtocolError(str(exc)) from None
+        taken: dict[tuple[str, str], list[bytes]] = {}
         for event in fresh:
             if isinstance(event, (ChannelOp, TopicOp)):
                 self._applying = True
@@ -478,7 +479,24 @@ class Replication:
                     self._apply_op(event)
                 finally:
                     self._applying = False
+            elif isinstance(event, Put) and event.channels:  # a takeover's, or a snapshot's
+                for channel in event.channels:
+                    taken.setdefault((event.topic, channel), []).append(event.msg_id)
+        if taken:
+            self._forget_owned_elsewhere(held, taken)
         self._ack(held)
+
+    def _forget_owned_elsewhere(
+        self, owner: _Held, taken: dict[tuple[str, str], list[bytes]]
+    ) -> None:
+        """Copies this node holds for other owners that ``owner`` now streams as its own
+        (it took them over first): they are dropped here, so this node does not take them
+        over too when it judges their first owner gone. ``owner`` keeps them replicated."""
+        for other in self.held.values():
+            if other is owner or other.owner == owner.owner:
+                continue
+            for (topic, channel), ids in taken.items():
+                other.store.forget_copies(topic, channel, ids)
 
     def _new_segment(self, held: _Held, link: InboundLink, first_seq: int) -> _Held:
         held.link = None
@@ -605,7 +623,7 @@ class Replication:
                 self._forgive_silence(now)
                 continue
             for held in list(self.held.values()):
-                if now - held.last_heard >= self.timeout:
+                if now - held.last_heard >= self._takeover_delay(held.owner, now):
                     if held.link is not None:
                         held.link.close()
                     self.take_over(held, "unreachable")
@@ -614,6 +632,25 @@ class Replication:
                     link.close()
             if self._reached_short(now):
                 self._fail_waiters(ReplicasShort(self.shortage() or "replicas short"))
+
+    def _takeover_delay(self, owner: str, now: float) -> float:
+        """How long ``owner`` must be silent before this node takes over its copies:
+        --replica-timeout times one plus this node's rank among the nodes it can reach
+        (by address). The first in that order takes over; the others see its takeover in
+        its stream and forget their copies (_forget_owned_elsewhere) before their own turn,
+        so a lost node's messages are delivered once, not once per survivor. A survivor
+        that cannot reach the first waits less: it may duplicate, it never loses."""
+        gone = _peer_key(owner)
+        survivors = {_peer_key(self.address)}
+        survivors.update(
+            _peer_key(link.address)
+            for link in self.links
+            if link.reachable(now) and _peer_key(link.address) != gone
+        )
+        order = sorted(key for key in survivors if key is not None)
+        mine = _peer_key(self.address)
+        rank = order.index(mine) if mine in order else 0
+        return self.timeout * (1 + rank)
 
     def _forgive_silence(self, now: float) -> None:
         for held in self.held.values():

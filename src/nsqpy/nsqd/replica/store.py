@@ -311,6 +311,20 @@ class ReplicaStore:
             for topic in self._topics.values()
         )
 
+    def forget_copies(self, topic: str, channel: str, ids: Sequence[bytes]) -> int:
+        """Drop copies another node owns now (it took them over and streams them as its
+        own); how many. Not logged: a replay brings them back, a duplicate at worst."""
+        topic_index = self._topics.get(topic)
+        held = topic_index.channels.get(channel) if topic_index is not None else None
+        if topic_index is None or held is None:
+            return 0
+        dropped = 0
+        for msg_id in ids:
+            if msg_id in held.copies:
+                self._drop_copy(topic_index, held, msg_id)
+                dropped += 1
+        return dropped
+
     def takeover(self) -> Takeover:
         self._check_open()
         now = self._clock()

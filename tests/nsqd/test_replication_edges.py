@@ -408,3 +408,29 @@ def test_a_peer_that_never_acknowledges_is_cut_loose(tmp_path: Path) -> None:
         stop.set()
         server.join(timeout=5)
         listener.close()
+
+
+def test_a_restarted_owner_is_taken_over_by_one_survivor(
+    group_factory: Callable[..., Group],
+) -> None:
+    """A killed and restarted on its disk (a new incarnation) with 20 unfinished messages:
+    its old run is taken over by the first survivor by address only (the other forgets its
+    copies), so each message is delivered at most twice (by A, and by that survivor)."""
+    group = group_factory(3, 2, "--sync-every=1")
+    a, b, c = started(group, 3)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    bodies = [f"m{index}".encode() for index in range(20)]
+    publish(a, topic, bodies)
+    owner = group.address(0)
+    wait_for(lambda: [held_for(p, owner) for p in (b, c)] == [20, 20], what="20 held for A")
+    a.kill()
+    a = group.start(0)
+    first, second = survivors_in_order(group, (1, 2))
+    wait_for(lambda: peers_of(first)[owner]["taken_over"] == 20, what="taken over by the first")
+    time.sleep(2.5)  # past the second's own turn
+    assert peers_of(second)[owner]["taken_over"] == 0
+    conns = [consumer(node, topic, channel, rdy=100) for node in (a, b, c)]
+    got = drain(conns, quiet=1.5)
+    assert set(got) == set(bodies)
+    assert max(got.values()) <= 2, got

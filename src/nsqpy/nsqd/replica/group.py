@@ -88,6 +88,7 @@ class _Held:
     last_heard: float
     link: InboundLink | None = None
     acked: int = 0  # the last sequence number ACKed to the owner (the owner's numbering)
+    gone: bool = False  # the owner started anew: this incarnation will not speak again
 
 
 @dataclass
@@ -437,8 +438,11 @@ class Replication:
             return
         now = self.nsqd.now()
         for other in [h for h in self.held.values() if h.owner == owner]:
-            if other.incarnation != incarnation:  # the owner restarted: its old run is gone
-                self.take_over(other, "restarted")
+            if other.incarnation != incarnation:
+                # the owner restarted: its old run is gone, as if silent for --replica-timeout
+                # (_watch takes it over in this node's turn among the survivors)
+                other.last_heard = min(other.last_heard, now - self.timeout)
+                other.gone = True
         held = self.held.get((owner, incarnation))
         if held is None:
             held = self.held[(owner, incarnation)] = self._open_store(owner, incarnation, 0, now)
@@ -626,7 +630,7 @@ class Replication:
                 if now - held.last_heard >= self._takeover_delay(held.owner, now):
                     if held.link is not None:
                         held.link.close()
-                    self.take_over(held, "unreachable")
+                    self.take_over(held, "restarted" if held.gone else "unreachable")
             for link in list(self.inbound):
                 if now - link.last_heard >= self.timeout:
                     link.close()
@@ -654,7 +658,8 @@ class Replication:
 
     def _forgive_silence(self, now: float) -> None:
         for held in self.held.values():
-            held.last_heard = max(held.last_heard, now)
+            if not held.gone:
+                held.last_heard = max(held.last_heard, now)
         for link in self.inbound:
             link.last_heard = max(link.last_heard, now)
         self.nsqd.logger.warn(

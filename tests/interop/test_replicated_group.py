@@ -43,8 +43,9 @@ LOST = 2  # the index of the node that is lost
 FINISH_FIRST = 5
 PER_METHOD = 10  # bodies each publishing method sends to each node
 LOOKUPD_CHANNELS = ("pynsq", "ansq", "nsqpy")
-#: a Consumer connected straight to one surviving node, not through nsqlookupd
-DIRECT_CHANNEL, DIRECT_NODE = "direct", 0
+#: a Consumer connected straight to one surviving node, not through nsqlookupd: the one that
+#: takes over the lost node's messages, the first survivor by address (docs/replication.md)
+DIRECT_CHANNEL = "direct"
 CHANNELS = (*LOOKUPD_CHANNELS, DIRECT_CHANNEL)
 #: When one of an ansq Reader's connections closes, ansq empties the queue its connections
 #: share: messages other nsqd delivered and the reader had not yet yielded are dropped
@@ -327,6 +328,8 @@ async def test_lookupd_consumers_get_every_message_after_a_node_is_lost(
     tallies = [Tally(name, f"n{LOST}-".encode(), loss) for name in LOOKUPD_CHANNELS]
     pynsq_tally, ansq_tally, nsqpy_tally = tallies
     direct_tally = Tally(DIRECT_CHANNEL, f"n{LOST}-".encode(), loss)
+    survivors = [index for index in range(SIZE) if index != LOST]
+    direct_node = min(survivors, key=lambda index: group.ports[index])
     pynsq_consumer(pynsq, group.lookupd, topic, pynsq_tally)
     reader = await ansq.create_reader(
         topic=topic,
@@ -339,7 +342,7 @@ async def test_lookupd_consumers_get_every_message_after_a_node_is_lost(
     ansq_task = asyncio.create_task(ansq_consume(reader, ansq_tally))
     consumers = [
         nsqpy_consumer(nsqpy_tally, topic, lookupd_http_addresses=[group.lookupd.http]),
-        nsqpy_consumer(direct_tally, topic, nsqd_tcp_addresses=[group.address(DIRECT_NODE)]),
+        nsqpy_consumer(direct_tally, topic, nsqd_tcp_addresses=[group.address(direct_node)]),
     ]
     for consumer in consumers:
         await consumer.start()
@@ -364,7 +367,7 @@ async def test_lookupd_consumers_get_every_message_after_a_node_is_lost(
         everything = [body for batch in published.values() for body in batch]
         await wait_all(tallies, everything, timeout=25.0)
         # straight to one node: its own messages and the lost node's it took over, no others
-        direct_tags = (f"n{DIRECT_NODE}", f"after{DIRECT_NODE}", f"n{LOST}")
+        direct_tags = (f"n{direct_node}", f"after{direct_node}", f"n{LOST}")
         through_direct = [body for tag in direct_tags for body in published[tag]]
         await wait_all([direct_tally], through_direct, timeout=10.0)
     finally:

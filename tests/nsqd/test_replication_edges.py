@@ -434,3 +434,65 @@ def test_a_restarted_owner_is_taken_over_by_one_survivor(
     got = drain(conns, quiet=1.5)
     assert set(got) == set(bodies)
     assert max(got.values()) <= 2, got
+
+
+def topic_depth(node: DaemonProcess, topic: str) -> int:
+    topics = {t["topic_name"]: t for t in stats(node)["topics"]}
+    return int(topics[topic]["message_count"]) if topic in topics else 0
+
+
+def test_a_connection_runs_its_next_commands_while_a_publish_waits_for_its_peers(
+    group_factory: Callable[..., Group],
+) -> None:
+    """B stopped (within --replica-timeout): A's OK to a PUB waits for B's ACK, but the
+    connection goes on: PUBs to another topic are put meanwhile. The replies keep the
+    commands' order: nothing comes while the first OK waits, not even the error of a later
+    FIN; once B is back: OK, OK, the FIN's error, OK. A command that must have the
+    connection alone (CLS) runs once every earlier reply is out."""
+    group = group_factory(2, 2, "--sync-every=1")
+    group.timeout = "5s"
+    a, b = started(group, 2)
+    first, second = unique("rep"), unique("rep")
+    conn = NsqConn(a.tcp_address)
+    conn.pub(first, b"warm up")  # both topics exist on both nodes before B stops
+    conn.pub(second, b"warm up")
+    conn.sub(first, "ch")  # RDY 0: subscribed, so a FIN fails without closing
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        conn.send(pub_cmd(first, b"one"))
+        conn.send(pub_cmd(second, b"two"))
+        conn.send(b"FIN " + b"0" * 16 + b"\n")  # not in flight: E_FIN_FAILED, not fatal
+        conn.send(pub_cmd(second, b"three"))
+        conn.send(b"CLS\n")
+        wait_for(lambda: topic_depth(a, second) == 3, what="the later PUBs put meanwhile")
+        conn.expect_nothing(0.3)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    conn.expect_ok(timeout=10.0)
+    conn.expect_ok()
+    conn.expect_error(b"E_FIN_FAILED FIN 0000000000000000 failed ID not in flight", fatal=False)
+    conn.expect_ok()
+    assert conn.expect_response() == b"CLOSE_WAIT"
+    conn.close()
+
+
+def test_a_fatal_error_after_a_waiting_publish_comes_after_its_ok(
+    group_factory: Callable[..., Group],
+) -> None:
+    """A PUB whose OK waits for the peer, then a command nsqd closes the connection for:
+    the OK first, then the error, then the close."""
+    group = group_factory(2, 2, "--sync-every=1")
+    group.timeout = "5s"
+    a, b = started(group, 2)
+    topic = unique("rep")
+    conn = NsqConn(a.tcp_address)
+    conn.pub(topic, b"warm up")
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        conn.send(pub_cmd(topic, b"one"))
+        conn.send(b"BOGUS\n")
+        conn.expect_nothing(0.3)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    conn.expect_ok(timeout=10.0)
+    conn.expect_error(b"E_INVALID invalid command BOGUS")

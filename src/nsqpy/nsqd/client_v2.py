@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import ProtocolError, encode_error, encode_response
-from ..protocol.commands import Command
+from ..protocol.commands import FIN_RUN, Command
 from .connection import Connection
 from .errors import NeedsReauth
 
@@ -36,6 +37,26 @@ if TYPE_CHECKING:
 
 STATE_INIT, STATE_DISCONNECTED, STATE_CONNECTED, STATE_SUBSCRIBED, STATE_CLOSING = range(5)
 DEFAULT_BUFFER_SIZE = 16 * 1024
+
+#: commands that run while earlier replies wait (QueuedReply): their replies queue behind
+#: them. Any other command (IDENTIFY's upgrades, SUB, AUTH, CLS) waits until the replies are out.
+PIPELINED = frozenset({b"PUB", b"MPUB", b"DPUB", b"FIN", FIN_RUN, b"REQ", b"TOUCH", b"RDY", b"NOP"})
+#: replies a connection may have waiting before it reads no further command
+MAX_QUEUED_REPLIES = 1024
+#: in the reply queue: close the connection once what is before it is out (a fatal error)
+_CLOSE = b""
+
+
+class QueuedReply:
+    """A reply that waits for something the connection need not stop for: a replicated
+    publish's acknowledgements by the peers (docs/replication.md). The client's later
+    commands run meanwhile and their replies queue behind this one, so replies keep the
+    commands' order and one connection's publishes overlap their replication round trips."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, reply: Awaitable[bytes | None]) -> None:
+        self.task: asyncio.Future[bytes | None] = asyncio.ensure_future(reply)
 
 
 class ClientV2:
@@ -75,6 +96,10 @@ class ClientV2:
         self.tls_cipher = ""
         self.tls_common_name = ""
         self._task: asyncio.Task[None] | None = None  # awaiting a suspending command's answer
+        #: replies in the order owed: QueuedReply until its wait ends, then frames (bytes);
+        #: empty unless a QueuedReply is waiting
+        self._replies: deque[QueuedReply | bytes] = deque()
+        self._replies_out: asyncio.Future[None] | None = None
         self.connection = Connection(self, nsqd)
         self.after_deliveries = self.connection.after_deliveries
 
@@ -151,7 +176,11 @@ class ClientV2:
         connection = self.connection
         begin_command = connection.begin_command
         send_frame = connection.send_frame
+        replies = self._replies
         for index, command in enumerate(commands):
+            if replies and command.name not in PIPELINED:
+                self._suspend(self._replies_sent(), commands[index:])
+                return
             begin_command()
             try:
                 handler = handlers.get(command.name)
@@ -162,7 +191,15 @@ class ClientV2:
                     )
                 response = handler(self, command)
                 if isinstance(response, bytes):
-                    send_frame(encode_response(response))
+                    if replies:
+                        replies.append(encode_response(response))
+                    else:
+                        send_frame(encode_response(response))
+                elif isinstance(response, QueuedReply):
+                    self._queue_reply(response)
+                    if len(replies) >= MAX_QUEUED_REPLIES:
+                        self._suspend(self._replies_sent(), commands[index + 1 :])
+                        return
                 elif response is not None:  # AUTH: wait for the auth server, in order
                     self._suspend(response, commands[index + 1 :])
                     return
@@ -199,6 +236,55 @@ class ClientV2:
             self.send_response(response)
         connection.resume_input(rest)
 
+    # ------------------------------------------------------------------ queued replies
+
+    def _queue_reply(self, reply: QueuedReply) -> None:
+        self._replies.append(reply)
+        reply.task.add_done_callback(self._send_replies)
+
+    async def _replies_sent(self) -> None:
+        """Until every queued reply is out (the next command needs the connection alone)."""
+        if self._replies:
+            self._replies_out = self.loop.create_future()
+            await self._replies_out
+
+    def _send_replies(self, _: object = None) -> None:
+        """Send the queued replies that are ready, in order, up to the first still waiting
+        (in one write)."""
+        replies, connection = self._replies, self.connection
+        with connection.batch():
+            while replies and not connection.closed:
+                head = replies[0]
+                if isinstance(head, QueuedReply):
+                    if not head.task.done():
+                        return
+                    frame, fatal = self._reply_frame(head.task)
+                else:
+                    frame, fatal = head, head is _CLOSE
+                replies.popleft()
+                if frame:
+                    connection.send_frame(frame)
+                if fatal:
+                    connection.flush()
+                    connection.close()
+        replies.clear()
+        if self._replies_out is not None and not self._replies_out.done():
+            self._replies_out.set_result(None)
+
+    def _reply_frame(self, task: asyncio.Future[bytes | None]) -> tuple[bytes, bool]:
+        """A finished QueuedReply's frame, and whether it ends the connection."""
+        if task.cancelled():
+            return _CLOSE, True
+        err = task.exception()
+        if err is None:
+            result = task.result()
+            return (encode_response(result) if result else b""), False
+        if not isinstance(err, ProtocolError):
+            self.nsqd.logger.error(f"[{self.remote_address}] reply failed: {err!r}")
+            return _CLOSE, True
+        self.nsqd.writes.log_client_error(self.remote_address, err)
+        return encode_error(err.to_bytes()), err.fatal
+
     def check_before_body(self, name: bytes, params: list[bytes]) -> None:
         """Report errors Go raises before it reads a body, without waiting for the body."""
         err = self.nsqd.protocol.check_before_body(self, name, params)
@@ -212,10 +298,19 @@ class ClientV2:
             self.send_error(err)
 
     def send_response(self, data: bytes) -> None:
+        if self._replies:
+            self._replies.append(encode_response(data))
+            return
         self.connection.send_frame(encode_response(data))
 
     def send_error(self, err: ProtocolError) -> None:
         self.nsqd.writes.log_client_error(self.remote_address, err)  # a failing disk: summarised
+        if self._replies:  # after the replies owed before it
+            self._replies.append(encode_error(err.to_bytes()))
+            if err.fatal:
+                self.connection.suspend_input()
+                self._replies.append(_CLOSE)
+            return
         connection = self.connection
         connection.send_frame(encode_error(err.to_bytes()))
         if err.fatal:

@@ -28,7 +28,7 @@ from ..protocol import (
 from ..protocol.commands import FIN_RUN, Command
 from .backend_writes import ack_after
 from .channel import Channel, ChannelError
-from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .client_v2 import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED, QueuedReply
 from .connection import TURN_BUDGET
 from .errors import BackendWriteError, NeedsReauth
 from .options import max_defer_ms
@@ -37,10 +37,12 @@ from .topic import TopicError
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
     from .nsqd import NSQD
+    from .replica.group import Replication
     from .topic import Topic
 
-#: A handler answers with bytes, nothing, or (AUTH) an awaitable the connection waits for.
-Handler = Callable[["ClientV2", Command], "bytes | Awaitable[bytes | None] | None"]
+#: A handler answers with bytes, nothing, (AUTH) an awaitable the connection waits for, or (a
+#: replicated publish) a QueuedReply the connection does not wait for.
+Handler = Callable[["ClientV2", Command], "bytes | Awaitable[bytes | None] | QueuedReply | None"]
 
 #: An MPUB of more messages is published in slices of this many, a turn's budget of them per
 #: loop turn: one client's huge MPUB of tiny messages must not stall the other clients.
@@ -102,7 +104,9 @@ class ProtocolV2:
     # ------------------------------------------------------------------ policies
 
     def _with_tls_check(self, name: bytes, handler: Handler) -> Handler:
-        def checked(client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
+        def checked(
+            client: ClientV2, command: Command
+        ) -> bytes | Awaitable[bytes | None] | QueuedReply | None:
             self.check_tls(client, name)
             return handler(client, command)
 
@@ -429,7 +433,7 @@ class ProtocolV2:
 
     def _publish_one(
         self, client: ClientV2, command: Command, name: str
-    ) -> bytes | Awaitable[bytes | None]:
+    ) -> bytes | Awaitable[bytes | None] | QueuedReply:
         topic_name, delay = self._publish_preconditions(name, command.params)
         body = self._body(command, "E_BAD_MESSAGE", name, self.nsqd.options.max_msg_size)
         self.nsqd.auth.check(client, name, topic_name, "")
@@ -448,13 +452,28 @@ class ProtocolV2:
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {exc}") from None
         client.published(topic_name, 1)
         if replication is not None:  # the OK once acks-1 peers stored it
-            return replication.ack_after(syncs + self.nsqd.topic_starting(topic), OK, name)
+            return self._replicated_ok(replication, syncs + self.nsqd.topic_starting(topic), name)
         return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
-    def PUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
+    @staticmethod
+    def _replicated_ok(
+        replication: Replication, waits: tuple[asyncio.Task[None], ...], name: str
+    ) -> bytes | Awaitable[bytes | None] | QueuedReply:
+        """The OK once acks-1 peers stored what was put; while it waits for them, the
+        client's later commands run (their replies queue behind it)."""
+        reply = replication.ack_after(waits, OK, name)
+        if isinstance(reply, bytes) or replication.acks <= 1:
+            return reply
+        return QueuedReply(reply)
+
+    def PUB(
+        self, client: ClientV2, command: Command
+    ) -> bytes | Awaitable[bytes | None] | QueuedReply | None:
         return self._publish_one(client, command, "PUB")
 
-    def DPUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
+    def DPUB(
+        self, client: ClientV2, command: Command
+    ) -> bytes | Awaitable[bytes | None] | QueuedReply | None:
         return self._publish_one(client, command, "DPUB")
 
     def _mpub_preconditions(self, client: ClientV2, params: list[bytes]) -> str:
@@ -468,7 +487,9 @@ class ProtocolV2:
         self.nsqd.auth.check(client, "MPUB", topic_name, "")
         return topic_name
 
-    def MPUB(self, client: ClientV2, command: Command) -> bytes | Awaitable[bytes | None] | None:
+    def MPUB(
+        self, client: ClientV2, command: Command
+    ) -> bytes | Awaitable[bytes | None] | QueuedReply | None:
         topic_name = self._mpub_preconditions(client, command.params)
         topic = self.nsqd.get_topic(topic_name)
         opts = self.nsqd.options
@@ -490,7 +511,8 @@ class ProtocolV2:
             return asyncio.shield(self._publish_slices(client, topic, bodies))
         syncs = self._put_slice(client, topic, bodies, self.nsqd.wall_ns())
         if replication is not None:  # the OK once acks-1 peers stored them
-            return replication.ack_after(syncs + self.nsqd.topic_starting(topic), OK, "MPUB")
+            waits = syncs + self.nsqd.topic_starting(topic)
+            return self._replicated_ok(replication, waits, "MPUB")
         return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     def _put_slice(

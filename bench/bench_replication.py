@@ -21,12 +21,16 @@ deliver p50/p99 at that fixed rate on another fresh group (bench_latency.py's pa
 and consumer; 0 skips it). Each PUB's OK waits for its peers' ACK and a connection reads
 no further command meanwhile, so one connection's single PUBs run at most one replication
 round trip each: a rate the group cannot keep up with is marked ``*`` (a backlog's figures).
+``--pipelined N`` then publishes N single PUBs to node 0 with nsqpy's Producer, 200 of them
+outstanding at once on its one connection (bench_client.py's pipelined PUB): a replicated OK
+waits for the peers, and this shows how far one connection's publishes overlap that wait.
 Trials rotate the scenarios' order; the table gives medians.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import multiprocessing as mp
 import os
@@ -41,12 +45,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench_client import bench_pub
 from bench_latency import WARMUP, consumer, producer
 from bench_nsqd import Server, cpu_seconds, go_tool, parse_seconds
 
 TOPIC = "sub_bench"
 CHANNEL = "ch"
 LATENCY_TOPIC = "latency"
+PIPELINED_TOPIC = "pipelined"
+#: single PUBs outstanding at once on the Producer's connection (--pipelined)
+PIPELINED_CONCURRENCY = 200
 CATCH_UP_LIMIT = 60.0  # seconds the peers get to acknowledge everything after the writer
 
 
@@ -215,6 +223,17 @@ def latency(group: Group, args: argparse.Namespace) -> Latency:
     return Latency(len(latencies), expected, percentile(0.50), percentile(0.99))
 
 
+def pipelined(group: Group, args: argparse.Namespace) -> float:
+    """msgs/s of --pipelined single PUBs from one Producer connection to node 0."""
+    group.create(PIPELINED_TOPIC)
+    address = f"127.0.0.1:{group.head.tcp}"
+    body = b"x" * args.size
+    seconds = asyncio.run(
+        bench_pub(address, PIPELINED_TOPIC, args.pipelined, body, PIPELINED_CONCURRENCY)
+    )
+    return args.pipelined / seconds
+
+
 def on_fresh_group(scenario: Scenario, args: argparse.Namespace, measure: Any) -> Any:
     with tempfile.TemporaryDirectory(prefix="bench-replication-") as base:
         group = Group(scenario, base, shlex.split(args.nsqd_args))
@@ -233,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
     )
     trials: dict[str, list[Trial]] = {s.name: [] for s in SCENARIOS}
     latencies: dict[str, list[Latency]] = {s.name: [] for s in SCENARIOS}
+    pipelines: dict[str, list[float]] = {s.name: [] for s in SCENARIOS}
     for trial in range(args.trials):
         shift = trial % len(SCENARIOS)
         for scenario in SCENARIOS[shift:] + SCENARIOS[:shift]:
@@ -251,14 +271,21 @@ def run(args: argparse.Namespace) -> int:
                     f"  latency p50 {lat.p50:.2f} ms p99 {lat.p99:.2f} ms "
                     f"({lat.count:,} of {lat.expected:,} delivered)"
                 )
+            if args.pipelined:
+                rate: float = on_fresh_group(scenario, args, pipelined)
+                pipelines[scenario.name].append(rate)
+                line += f"  pipelined PUB {rate:,.0f}/s"
             print(f"{line}  load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
-    print_table(trials, latencies, args)
+    print_table(trials, latencies, pipelines, args)
     print(f"load average after: {format_load()}", flush=True)
     return 0
 
 
 def print_table(
-    trials: dict[str, list[Trial]], latencies: dict[str, list[Latency]], args: argparse.Namespace
+    trials: dict[str, list[Trial]],
+    latencies: dict[str, list[Latency]],
+    pipelines: dict[str, list[float]],
+    args: argparse.Namespace,
 ) -> None:
     def median(name: str, pick: str) -> float:
         return statistics.median(getattr(t, pick) for t in trials[name])
@@ -271,6 +298,8 @@ def print_table(
     heads = ["PUB msgs/s", "SUB msgs/s", "CPU us/msg PUB", "CPU us/msg SUB"]
     picks = ["pub", "sub", "pub_cpu_us", "sub_cpu_us"]
     lat_heads = [f"p50 ms @{args.latency_rate:,}/s", "p99 ms"] if args.latency_rate else []
+    if args.pipelined:
+        lat_heads.append("pipelined PUB msgs/s (x R=1)")
     print("| | " + " | ".join(f"{h} (x R=1)" for h in heads) + " | " + " | ".join(lat_heads) + " |")
     print("|---" * (1 + len(heads) + len(lat_heads)) + "|")
     for scenario in SCENARIOS:
@@ -284,6 +313,10 @@ def print_table(
             mark = "" if all(r.kept_up for r in runs) else " *"
             cells.append(f"{statistics.median(r.p50 for r in runs):.2f}{mark}")
             cells.append(f"{statistics.median(r.p99 for r in runs):.2f}{mark}")
+        if pipelines[scenario.name]:
+            value = statistics.median(pipelines[scenario.name])
+            base = statistics.median(pipelines["R=1"])
+            cells.append(f"{value:,.0f} ({value / base if base else 0:.2f}x)")
         label = scenario.name + (f", acks {scenario.acks}" if scenario.acks else ", no replication")
         print(f"| {label} | " + " | ".join(cells) + " |")
     if any(t.drained for runs in trials.values() for t in runs):
@@ -329,6 +362,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--rdy", type=int, default=2500)
+    parser.add_argument(
+        "--pipelined",
+        type=int,
+        default=0,
+        help="single PUBs for the pipelined Producer measurement (0: skip it)",
+    )
     parser.add_argument(
         "--latency-rate",
         type=int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -99,3 +100,15 @@ async def ansq_read(reader: Any, count: int) -> list[bytes]:
         if len(bodies) == count:
             break
     return bodies
+
+
+def lookup_tcp_ports(nsqlookupd: DaemonProcess, topic: str) -> list[int]:
+    """The TCP ports of the producers nsqlookupd lists for ``topic`` ([] while unknown)."""
+    query = urllib.parse.urlencode({"topic": topic})
+    try:
+        with urllib.request.urlopen(f"{nsqlookupd.http_url}/lookup?{query}", timeout=5) as resp:
+            answer: dict[str, Any] = json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        assert err.code == 404, err  # TOPIC_NOT_FOUND until an nsqd registers it
+        return []
+    return sorted(producer["tcp_port"] for producer in answer["producers"])

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +13,7 @@ from nsqpy.testing import DaemonProcess, start_nsqlookupd
 
 from ..raw_v2 import unique, wait_for_async
 from .conftest import NsqdFactory
-from .helpers import ansq_read, http_post, wait_channel
+from .helpers import ansq_read, http_post, lookup_tcp_ports, wait_channel
 from .pynsq_harness import PynsqClients
 
 
@@ -26,18 +22,6 @@ def nsqlookupd() -> Iterator[DaemonProcess]:
     daemon = start_nsqlookupd()
     yield daemon
     daemon.stop()
-
-
-def lookup_tcp_ports(nsqlookupd: DaemonProcess, topic: str) -> list[int]:
-    """The TCP ports of the producers nsqlookupd lists for ``topic`` ([] while unknown)."""
-    query = urllib.parse.urlencode({"topic": topic})
-    try:
-        with urllib.request.urlopen(f"{nsqlookupd.http_url}/lookup?{query}", timeout=5) as resp:
-            answer: dict[str, Any] = json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        assert err.code == 404, err  # TOPIC_NOT_FOUND until an nsqd registers it
-        return []
-    return sorted(producer["tcp_port"] for producer in answer["producers"])
 
 
 async def test_readers_find_every_producer_through_nsqlookupd(

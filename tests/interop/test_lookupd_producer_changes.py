@@ -9,10 +9,6 @@ restarted nsqd, which registers its topics from nsqd.dat, at its new address).
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +19,7 @@ from nsqpy.testing import DaemonProcess, start_nsqlookupd
 
 from ..raw_v2 import unique, wait_for_async
 from .conftest import NsqdFactory
-from .helpers import ansq_read, http_post, tcp_address
+from .helpers import ansq_read, http_post, lookup_tcp_ports, tcp_address
 from .pynsq_harness import PynsqClients
 
 
@@ -38,18 +34,6 @@ def nsqlookupd() -> Iterator[DaemonProcess]:
 
 def registered_nsqd(nsqd_factory: NsqdFactory, nsqlookupd: DaemonProcess) -> DaemonProcess:
     return nsqd_factory(f"--lookupd-tcp-address={tcp_address(nsqlookupd)}")
-
-
-def lookup_tcp_ports(nsqlookupd: DaemonProcess, topic: str) -> list[int]:
-    """TCP ports of ``/lookup``'s producers for ``topic`` ([] while the topic is unknown)."""
-    query = urllib.parse.urlencode({"topic": topic})
-    try:
-        with urllib.request.urlopen(f"{nsqlookupd.http_url}/lookup?{query}", timeout=5) as resp:
-            found: dict[str, Any] = json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        assert err.code == 404, err
-        return []
-    return sorted(producer["tcp_port"] for producer in found["producers"])
 
 
 async def wait_producers(nsqlookupd: DaemonProcess, topic: str, *nsqds: DaemonProcess) -> None:

@@ -34,7 +34,7 @@ from nsqpy.testing import DaemonProcess, start_nsqd, start_nsqlookupd
 
 from ..raw_v2 import free_port, unique, wait_for_async
 from .conftest import FAST_SCAN
-from .helpers import channel_view, http_post, tcp_address
+from .helpers import channel_view, http_post, lookup_tcp_ports, tcp_address
 from .pynsq_harness import PynsqClients, answer
 
 SIZE = 3
@@ -131,18 +131,6 @@ def peers_connected(node: DaemonProcess) -> bool:
 
 def has_channels(node: DaemonProcess, topic: str) -> bool:
     return all(channel_view(node, topic, channel) for channel in CHANNELS)
-
-
-def lookup_tcp_ports(lookupd: DaemonProcess, topic: str) -> list[int]:
-    """The TCP ports nsqlookupd names as producers of ``topic`` ([] while it knows none)."""
-    query = urllib.parse.urlencode({"topic": topic})
-    try:
-        with urllib.request.urlopen(f"{lookupd.http_url}/lookup?{query}", timeout=5) as resp:
-            found: dict[str, Any] = json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        assert err.code == 404, err  # TOPIC_NOT_FOUND until an nsqd registers it
-        return []
-    return sorted(producer["tcp_port"] for producer in found["producers"])
 
 
 async def wait_producers(

@@ -312,42 +312,74 @@ def test_a_paused_node_does_not_take_over_its_peers_when_it_resumes(
     assert "silence meanwhile is not judged" in a.log
 
 
+class FakePeer:
+    """A replication peer on a loopback port that is not an nsqd: it answers each link's
+    HELLO with WELCOME (stored 0), then ``after_welcome(conn, stop)`` decides what it does;
+    links counts the links it was dialled, bytes_in what each of them carried."""
+
+    def __init__(self, after_welcome: Callable[[socket.socket, threading.Event], int]) -> None:
+        self.after_welcome = after_welcome
+        self.links: list[int] = []
+        self.stop = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.port: int = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> FakePeer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.listener.close()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            self.links.append(0)
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(2.0)
+                conn.recv(4096)  # the magic and HELLO
+                conn.sendall(r1.welcome({"incarnation": "fake", "stored": 0}))
+                self.links[-1] = self.after_welcome(conn, self.stop)
+
+
+def drop_at_once(conn: socket.socket, stop: threading.Event) -> int:
+    return 0
+
+
+def read_without_acking(conn: socket.socket, stop: threading.Event) -> int:
+    carried = 0
+    conn.settimeout(0.2)
+    while not stop.is_set():
+        try:
+            data = conn.recv(65536)
+        except TimeoutError:
+            continue
+        if not data:
+            break
+        carried += len(data)
+    return carried
+
+
 def test_a_peer_that_drops_each_link_at_once_is_dialled_with_backoff(tmp_path: Path) -> None:
     """A peer that welcomes the link and closes it at once (as one with a full disk does,
     its store refusing the first write) is dialled again with a growing delay, not every
     RECONNECT_MIN: over 3 s, a handful of links, and the failure logged once."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    port = listener.getsockname()[1]
-    dials: list[float] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            dials.append(time.monotonic())
-            with conn:
-                conn.settimeout(2.0)
-                with contextlib.suppress(OSError):
-                    conn.recv(4096)  # the magic and HELLO
-                    conn.sendall(r1.welcome({"incarnation": "dropper", "stored": 0}))
-
-    server = threading.Thread(target=serve, daemon=True)
-    server.start()
-    node = start_nsqd(
-        tmp_path, f"--replica-peer=127.0.0.1:{port}", "--replica-acks=1", "--node-id=7"
-    )
-    try:
-        time.sleep(3.0)
-    finally:
-        node.kill()
-        stop.set()
-        server.join(timeout=5)
-        listener.close()
-    assert 3 <= len(dials) <= 8, dials  # 0.05, 0.1, 0.2, 0.4, 0.8, 1.6 s apart at most
+    with FakePeer(drop_at_once) as peer:
+        node = start_nsqd(
+            tmp_path, f"--replica-peer=127.0.0.1:{peer.port}", "--replica-acks=1", "--node-id=7"
+        )
+        try:
+            time.sleep(3.0)
+        finally:
+            node.kill()
+    assert 3 <= len(peer.links) <= 8, peer.links  # 0.05, 0.1, 0.2, 0.4, 0.8, 1.6 s apart
     assert node.log.count("failed: ConnectionResetError") == 1, node.log
 
 
@@ -355,59 +387,28 @@ def test_a_peer_that_never_acknowledges_is_cut_loose(tmp_path: Path) -> None:
     """A peer that reads the stream but never ACKs: once over --replica-max-lag of the
     stream waits for it, the node closes its link and lets go of those events (its memory
     stays bounded); the peer dials in again and gets the stream anew from a snapshot."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    port = listener.getsockname()[1]
-    links: list[int] = []  # bytes each link carried
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            links.append(0)
-            with conn:
-                conn.settimeout(0.2)
-                conn.sendall(r1.welcome({"incarnation": "silent", "stored": 0}))
-                while not stop.is_set():
-                    try:
-                        data = conn.recv(65536)
-                    except TimeoutError:
-                        continue
-                    except OSError:
-                        break
-                    if not data:
-                        break
-                    links[-1] += len(data)
-
-    server = threading.Thread(target=serve, daemon=True)
-    server.start()
     max_lag = 256 * 1024
-    node = start_nsqd(
-        tmp_path,
-        f"--replica-peer=127.0.0.1:{port}",
-        "--replica-acks=1",
-        f"--replica-max-lag={max_lag}",
-        "--node-id=5",
-    )
-    try:
-        topic = unique("rep")
-        body = b"x" * 1000
-        pub = NsqConn(node.tcp_address)
-        for _ in range(8):  # 8 x 100 KB in MPUBs, over three times the bound
-            pub.send(mpub_cmd(topic, [body] * 100))
-            pub.expect_ok(timeout=10.0)
-        wait_for(lambda: len(links) >= 2, what="the peer cut loose and linked again")
-        assert "unacknowledged: cut loose" in node.log
-        wait_for(lambda: "snapshot of 800 copies" in node.log, what="the snapshot sent")
-        assert links[0] < 2 * max_lag + 200_000  # the first link carried about the bound
-    finally:
-        node.kill()
-        stop.set()
-        server.join(timeout=5)
-        listener.close()
+    with FakePeer(read_without_acking) as peer:
+        node = start_nsqd(
+            tmp_path,
+            f"--replica-peer=127.0.0.1:{peer.port}",
+            "--replica-acks=1",
+            f"--replica-max-lag={max_lag}",
+            "--node-id=5",
+        )
+        try:
+            topic = unique("rep")
+            body = b"x" * 1000
+            pub = NsqConn(node.tcp_address)
+            for _ in range(8):  # 8 x 100 KB in MPUBs, over three times the bound
+                pub.send(mpub_cmd(topic, [body] * 100))
+                pub.expect_ok(timeout=10.0)
+            wait_for(lambda: len(peer.links) >= 2, what="the peer cut loose and linked again")
+            assert "unacknowledged: cut loose" in node.log
+            wait_for(lambda: "snapshot of 800 copies" in node.log, what="the snapshot sent")
+        finally:
+            node.kill()
+    assert peer.links[0] < 2 * max_lag + 200_000  # the first link carried about the bound
 
 
 def test_a_restarted_owner_is_taken_over_by_one_survivor(

@@ -385,8 +385,9 @@ def test_a_peer_that_drops_each_link_at_once_is_dialled_with_backoff(tmp_path: P
 
 def test_a_peer_that_never_acknowledges_is_cut_loose(tmp_path: Path) -> None:
     """A peer that reads the stream but never ACKs: once over --replica-max-lag of the
-    stream waits for it, the node closes its link and lets go of those events (its memory
-    stays bounded); the peer dials in again and gets the stream anew from a snapshot."""
+    stream waits for it and it has acknowledged nothing for --replica-timeout/2, the node
+    closes its link and lets go of those events (its memory stays bounded); the peer dials
+    in again and gets the stream anew from a snapshot."""
     max_lag = 256 * 1024
     with FakePeer(read_without_acking) as peer:
         node = start_nsqd(
@@ -394,6 +395,7 @@ def test_a_peer_that_never_acknowledges_is_cut_loose(tmp_path: Path) -> None:
             f"--replica-peer=127.0.0.1:{peer.port}",
             "--replica-acks=1",
             f"--replica-max-lag={max_lag}",
+            "--replica-timeout=1s",
             "--node-id=5",
         )
         try:
@@ -497,3 +499,26 @@ def test_a_fatal_error_after_a_waiting_publish_comes_after_its_ok(
         os.kill(b.pid, signal.SIGCONT)
     conn.expect_ok(timeout=10.0)
     conn.expect_error(b"E_INVALID invalid command BOGUS")
+
+
+def test_a_snapshot_larger_than_the_max_lag_reaches_a_peer_that_acknowledges(
+    group_factory: Callable[..., Group],
+) -> None:
+    """--replica-max-lag below one MPUB and below the snapshot: B, acknowledging as it
+    goes, is never cut loose; lost and back blank, it takes in A's whole snapshot."""
+    group = group_factory(2, 1, "--sync-every=1", f"--replica-max-lag={64 * 1024}")
+    a, b = started(group, 2)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(a, topic, channel)
+    owner = group.address(0)
+    pub = NsqConn(a.tcp_address)
+    for batch in range(5):  # 5 MPUBs of 100 KB, each over the bound
+        pub.send(mpub_cmd(topic, [b"%04d" % (batch * 100 + i) + b"x" * 996 for i in range(100)]))
+        pub.expect_ok(timeout=10.0)
+    wait_for(lambda: held_for(b, owner) == 500, what="500 held by B")
+    lose(group, 1)
+    b = group.start(1)
+    wait_for(lambda: all_connected([a, b]), what="B linked again")
+    wait_for(lambda: held_for(b, owner) == 500, timeout=20, what="A's snapshot held by B")
+    assert "snapshot of 500 copies" in a.log
+    assert "cut loose" not in a.log

@@ -358,7 +358,8 @@ class Options(CommonOptions, HTTPClientTimeouts):
         268435456,
         INT,
         "[nsqpy] bytes of its stream a node keeps for a --replica-peer that has not acknowledged "
-        "them; a peer further behind is cut loose and gets a snapshot when it links again",
+        "them; a peer further behind that acknowledges nothing for --replica-timeout/2 is cut "
+        "loose and gets a snapshot when it links again",
     )
 
 

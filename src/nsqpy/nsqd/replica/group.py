@@ -225,12 +225,18 @@ class Replication:
             self._cut_loose_laggards()
 
     def _cut_loose_laggards(self) -> None:
-        """Peers that left over --replica-max-lag of the stream unacknowledged stop counting
-        (their link is closed), so the stream lets go of what they lack: each gets a
-        snapshot when it links again. The OK rule goes on with the others."""
+        """Peers that left over --replica-max-lag of the stream unacknowledged and have
+        acknowledged nothing for --replica-timeout/2 stop counting (their link is closed),
+        so the stream lets go of what they lack: each gets a snapshot when it links again.
+        The OK rule goes on with the others. A peer that keeps acknowledging (one taking in a
+        snapshot larger than the bound) is not cut loose."""
         now = self.nsqd.now()
         for link in self.links:
-            if link.counts(now) and self.stream.size_since(link.acked) > self.max_lag:
+            if (
+                link.counts(now)
+                and now - link.progress_at >= self.timeout / 2
+                and self.stream.size_since(link.acked) > self.max_lag
+            ):
                 self.nsqd.logger.warn(
                     f"REPLICA: {link.address} left over --replica-max-lag "
                     f"({self.max_lag} bytes) unacknowledged: cut loose"
@@ -240,8 +246,10 @@ class Replication:
         self.stream.trim(min(counted) if counted else self.stream.last)
 
     def acked(self, link: PeerLink, seq: int) -> None:
-        link.acked = max(link.acked, seq)
         now = self.nsqd.now()
+        if seq > link.acked:
+            link.acked = seq
+            link.progress_at = now
         counted = [other.acked for other in self.links if other.counts(now)]
         self.stream.trim(min(counted) if counted else self.stream.last)
         self._resolve_waiters()
@@ -636,6 +644,8 @@ class Replication:
                     link.close()
             if self._reached_short(now):
                 self._fail_waiters(ReplicasShort(self.shortage() or "replicas short"))
+            if self.stream.size > self.max_lag:  # a peer that stopped acknowledging
+                self._cut_loose_laggards()
 
     def _takeover_delay(self, owner: str, now: float) -> float:
         """How long ``owner`` must be silent before this node takes over its copies:
@@ -812,6 +822,7 @@ class PeerLink:
         self.up = False  # welcomed
         self.sent = 0
         self.acked = 0
+        self.progress_at = 0.0  # when the peer last acknowledged more, or was welcomed
         self.last_heard = 0.0
         self.down_since = replication.nsqd.now()
         self.up_since = 0.0
@@ -932,6 +943,7 @@ class PeerLink:
         lacks_dropped = stored < stream.base - 1
         self.sent = stream.last if lacks_dropped else stored
         self.acked = stored
+        self.progress_at = replication.nsqd.now()
         self.up = True
         self.up_since = replication.nsqd.now()
         self.replication.nsqd.logger.info(

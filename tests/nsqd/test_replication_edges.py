@@ -69,6 +69,25 @@ def nothing_held(nodes: list[DaemonProcess]) -> bool:
     return all(peer["held_copies"] == 0 for node in nodes for peer in peers_of(node).values())
 
 
+def held_by_two_peers(
+    group_factory: Callable[..., Group], count: int
+) -> tuple[Group, list[DaemonProcess], str, str, list[bytes]]:
+    """A group of three (acks 2, --sync-every=1) whose A published ``count`` messages to a
+    new channel, each held by B and C."""
+    group = group_factory(3, 2, "--sync-every=1")
+    nodes = started(group, 3)
+    topic, channel = unique("rep"), unique("ch")
+    create_channel(nodes[0], topic, channel)
+    bodies = [f"m{index}".encode() for index in range(count)]
+    publish(nodes[0], topic, bodies)
+    owner = group.address(0)
+    wait_for(
+        lambda: [held_for(p, owner) for p in nodes[1:]] == [count, count],
+        what=f"{count} held for A",
+    )
+    return group, nodes, topic, channel, bodies
+
+
 def test_a_partition_that_heals_after_a_takeover(group_factory: Callable[..., Group]) -> None:
     """A paused past --replica-timeout: the first of B and C by address takes over its 50
     unfinished messages while A still has them; the other sees that takeover in the first's
@@ -76,14 +95,9 @@ def test_a_partition_that_heals_after_a_takeover(group_factory: Callable[..., Gr
     message is delivered at least once; the duplicates are bounded by what was unfinished (A
     and the first deliver each at most once) and the group settles with nothing held once
     everything is finished."""
-    group = group_factory(3, 2, "--sync-every=1")
-    a, b, c = nodes = started(group, 3)
-    topic, channel = unique("rep"), unique("ch")
-    create_channel(a, topic, channel)
-    bodies = [f"m{index}".encode() for index in range(50)]
-    publish(a, topic, bodies)
+    group, nodes, topic, channel, bodies = held_by_two_peers(group_factory, 50)
+    a = nodes[0]
     owner = group.address(0)
-    wait_for(lambda: [held_for(p, owner) for p in (b, c)] == [50, 50], what="50 held for A")
     os.kill(a.pid, signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:
@@ -421,14 +435,8 @@ def test_a_restarted_owner_is_taken_over_by_one_survivor(
     """A killed and restarted on its disk (a new incarnation) with 20 unfinished messages:
     its old run is taken over by the first survivor by address only (the other forgets its
     copies), so each message is delivered at most twice (by A, and by that survivor)."""
-    group = group_factory(3, 2, "--sync-every=1")
-    a, b, c = started(group, 3)
-    topic, channel = unique("rep"), unique("ch")
-    create_channel(a, topic, channel)
-    bodies = [f"m{index}".encode() for index in range(20)]
-    publish(a, topic, bodies)
+    group, (a, b, c), topic, channel, bodies = held_by_two_peers(group_factory, 20)
     owner = group.address(0)
-    wait_for(lambda: [held_for(p, owner) for p in (b, c)] == [20, 20], what="20 held for A")
     a.kill()
     a = group.start(0)
     first, second = survivors_in_order(group, (1, 2))

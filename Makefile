@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv java chromium systemd test lint typecheck pytest run chaos bench go-nsq clean
+.PHONY: venv java chromium systemd nsqjs test lint typecheck pytest run chaos bench go-nsq clean
 
 venv: $(STAMP)
 
@@ -54,6 +54,24 @@ systemd:
 	  fi; \
 	fi
 
+# tests/interop drives nsqjs (node) from tests/interop/clients: Debian's nodejs and npm, then
+# the locked packages (package-lock.json) into its node_modules, again whenever the lock changes.
+NSQJS_DIR := tests/interop/clients
+nsqjs:
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "node or npm not found: installing Debian's nodejs and npm (nsqjs interop tests)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	  else \
+	    echo "the nsqjs interop tests need node and npm" >&2; \
+	    echo "(Debian/Ubuntu: sudo apt-get install nodejs npm; macOS: brew install node)" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+	@if [ ! -d $(NSQJS_DIR)/node_modules ] || [ $(NSQJS_DIR)/package-lock.json -nt $(NSQJS_DIR)/node_modules ]; then \
+	  cd $(NSQJS_DIR) && npm ci --no-audit --no-fund && touch node_modules; \
+	fi
+
 lint: venv
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
@@ -61,7 +79,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-pytest: venv java chromium systemd
+pytest: venv java chromium systemd nsqjs
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest

@@ -4,8 +4,9 @@ Three nsqpy nsqd name one another as ``--replica-peer`` (``--replica-acks=2``, e
 fsynced) and register with one nsqlookupd. pynsq's ``nsq.Writer``, nsqpy's ``Producer`` and
 HTTP ``/pub``/``/mpub`` publish to each node; then one node is lost (SIGKILL, its data path
 deleted, never restarted) while its messages are still queued and in flight. A pynsq Reader,
-an ansq Reader and nsqpy's ``Consumer``, each given only the lookupd address and each on its
-own channel, must still get every published body: the lost node's unfinished ones from the
+an ansq Reader, nsqpy's ``Consumer``, a gnsq ``Consumer`` and an nsqjs ``Reader`` (these two
+as subprocesses, script_clients.py), each given only the lookupd address and each on its own
+channel, must still get every published body: the lost node's unfinished ones from the
 survivors that took them over (possibly twice: both survivors held a copy).
 """
 
@@ -36,13 +37,17 @@ from ..raw_v2 import free_port, unique, wait_for_async
 from .conftest import FAST_SCAN
 from .helpers import channel_view, http_post, lookup_tcp_ports, tcp_address
 from .pynsq_harness import PynsqClients, answer
+from .script_clients import KINDS as SCRIPT_KINDS
+from .script_clients import Delivery, ScriptClient, run_script
 
 SIZE = 3
 LOST = 2  # the index of the node that is lost
 #: each client finishes this many of the lost node's messages, then holds the rest in flight
 FINISH_FIRST = 5
 PER_METHOD = 10  # bodies each publishing method sends to each node
-LOOKUPD_CHANNELS = ("pynsq", "ansq", "nsqpy")
+#: three methods to every node, then again to each survivor
+PUBLISHED = 3 * PER_METHOD * (2 * SIZE - 1)
+LOOKUPD_CHANNELS = ("pynsq", "ansq", "nsqpy", *SCRIPT_KINDS)
 #: a Consumer connected straight to one surviving node, not through nsqlookupd: the one that
 #: takes over the lost node's messages, the first survivor by address (docs/replication.md)
 DIRECT_CHANNEL = "direct"
@@ -208,6 +213,16 @@ class Tally:
         self.finished.add(body)
         return False
 
+    def record(self, delivery: Delivery) -> None:
+        """Count a delivery a script client received and answered as it reports: it holds
+        the lost node's messages by the same rule as :meth:`receive`."""
+        self.delivered[delivery.body] += 1
+        self.progress.set()
+        if not self.loss.is_set() and delivery.body.startswith(self.lost_prefix):
+            self.from_lost_node += 1
+        if delivery.action == "fin":
+            self.finished.add(delivery.body)
+
     def missing(self, expected: Sequence[bytes]) -> list[bytes]:
         return [body for body in expected if body not in self.finished]
 
@@ -290,6 +305,22 @@ def nsqpy_consumer(tally: Tally, topic: str, **discovery: Any) -> Consumer:
     )
 
 
+async def script_consumer(
+    kind: str, lookupd: DaemonProcess, topic: str, tally: Tally
+) -> ScriptClient:
+    """gnsq's or nsqjs's script on channel ``kind`` through nsqlookupd: until released it holds
+    the lost node's messages after finishing FINISH_FIRST; it exits once it finished all."""
+    return await run_script(
+        kind,
+        "read",
+        *("--lookupd", f"http://{lookupd.http}", "--topic", topic, "--channel", tally.name),
+        *("--count", str(PUBLISHED), "--timeout", "60", "--max-in-flight", "6"),
+        *("--lookupd-poll-interval", "1"),  # seconds, nsqjs's minimum
+        *("--hold-prefix", tally.lost_prefix.decode(), "--finish-first", str(FINISH_FIRST)),
+        on_delivery=tally.record,
+    )
+
+
 def unfinished(node: DaemonProcess, topic: str, channel: str) -> tuple[int, int]:
     view = channel_view(node, topic, channel)
     return view["depth"], view["in_flight_count"]
@@ -314,7 +345,7 @@ async def test_lookupd_consumers_get_every_message_after_a_node_is_lost(
 
     loss = asyncio.Event()
     tallies = [Tally(name, f"n{LOST}-".encode(), loss) for name in LOOKUPD_CHANNELS]
-    pynsq_tally, ansq_tally, nsqpy_tally = tallies
+    pynsq_tally, ansq_tally, nsqpy_tally, *script_tallies = tallies
     direct_tally = Tally(DIRECT_CHANNEL, f"n{LOST}-".encode(), loss)
     survivors = [index for index in range(SIZE) if index != LOST]
     direct_node = min(survivors, key=lambda index: group.ports[index])
@@ -334,13 +365,18 @@ async def test_lookupd_consumers_get_every_message_after_a_node_is_lost(
     ]
     for consumer in consumers:
         await consumer.start()
+    scripts: list[ScriptClient] = []
     try:
+        for kind, tally in zip(SCRIPT_KINDS, script_tallies, strict=True):
+            scripts.append(await script_consumer(kind, group.lookupd, topic, tally))
         await wait_held(tallies)
         lost_node = group.nodes[LOST]
         for channel in LOOKUPD_CHANNELS:
             depth, in_flight = unfinished(lost_node, topic, channel)
             assert depth > 0 and in_flight > 0, (channel, depth, in_flight)
         loss.set()
+        for script in scripts:
+            script.release()
         group.lose(LOST)
         await wait_producers(group.lookupd, topic, group.survivors())
 
@@ -358,7 +394,11 @@ async def test_lookupd_consumers_get_every_message_after_a_node_is_lost(
         direct_tags = (f"n{direct_node}", f"after{direct_node}", f"n{LOST}")
         through_direct = [body for tag in direct_tags for body in published[tag]]
         await wait_all([direct_tally], through_direct, timeout=10.0)
+        for script in scripts:  # each ends by itself once it finished every body
+            assert await script.wait(timeout=10.0) == 0, script.explain()
     finally:
+        for script in scripts:
+            await script.stop()
         ansq_task.cancel()
         for consumer in consumers:
             await consumer.close(timeout=2.0)

@@ -141,3 +141,18 @@ async def test_deleting_a_channel_closes_its_consumers_and_keeps_the_others(
     await publish(topic, b"after")
     assert billing.received == []
     assert audit.bodies() == [b"after"]
+
+
+async def test_pump_now_runs_the_scheduled_pump_at_once(topic: Topic) -> None:
+    """A publish waits in the topic for the pump's loop turn; pump_now (the replication
+    flush's call) copies it to the channels without waiting for that turn, once."""
+    channel = topic.get_channel("billing")
+    await loop_turns()
+    assert topic.pump_now() is False  # nothing scheduled
+    topic.put_message(topic.new_message(b"a"))
+    assert channel.depth() == 0 and topic.depth() == 1
+    assert topic.pump_now() is True
+    assert channel.depth() == 1 and topic.depth() == 0
+    assert topic.pump_now() is False  # the scheduled turn was used, not repeated
+    await loop_turns()
+    assert channel.depth() == 1

@@ -330,6 +330,8 @@ class Connection(asyncio.Protocol):
     def _run_batch(self, commands: list[Command]) -> None:
         with self.batch():
             self.client.run_commands(commands)
+        if self.nsqd.replication is not None:
+            self.nsqd.replication.flush_settled()
 
     def _end_of_input(self) -> None:
         truncated = self.parser.truncated() if len(self._magic) == 4 else None

@@ -69,6 +69,7 @@ class Topic:
         "_copy_cost",
         "_deferred_waiting",
         "_published",
+        "_pump_handle",
         "_pump_scheduled",
         "backend",
         "channels",
@@ -104,6 +105,7 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self._pump_scheduled = False
+        self._pump_handle: asyncio.Handle | None = None
         self._published = False  # a publish since the pump's last sliced turn
         self._copy_cost = 0.0  # seconds per channel copy, measured by the pump
         self._deferred_waiting = 0  # DPUB messages in the topic's queue (paused, no channels)
@@ -370,13 +372,25 @@ class Topic:
         if not pending_writes and not self.memory_queue and self.backend.depth() == 0:
             return
         self._pump_scheduled = True
-        self.nsqd.loop.call_soon(self._pump)
+        self._pump_handle = self.nsqd.loop.call_soon(self._pump)
+
+    def pump_now(self) -> bool:
+        """Run now the pump scheduled for the next loop turn; whether it ran (a pump put
+        off to let publishers go first keeps its time). The replication flush calls it, so
+        a publish's events leave naming the channels its messages were copied to."""
+        handle = self._pump_handle
+        if handle is None or isinstance(handle, asyncio.TimerHandle):
+            return False
+        handle.cancel()
+        self._pump()
+        return True
 
     def _pump(self) -> None:
         """Move one batch from the topic to its channels; again next turn if more wait. The
         batch is PUMP_BUDGET channel copies, or a PUMP_SLICE's worth when copies are dear
         (PUMP_DEFER_COST): fewer messages per turn the more channels."""
         self._pump_scheduled = False
+        self._pump_handle = None
         if not self.flowing():
             return
         channels = len(self._channel_list)
@@ -399,7 +413,7 @@ class Topic:
             if self._published and self._sliced(channels):
                 self._published = False
                 self._pump_scheduled = True
-                self.nsqd.loop.call_later(elapsed * PUMP_YIELD, self._pump)
+                self._pump_handle = self.nsqd.loop.call_later(elapsed * PUMP_YIELD, self._pump)
             else:
                 self._schedule_pump()
 

@@ -57,6 +57,8 @@ class Puts:
     channels: tuple[str, ...] | None = None
     #: where ``records`` starts in the event batch it was decoded from (-1: not decoded)
     at: int = field(default=-1, compare=False, repr=False)
+    #: how many records ``records`` holds, counted as it was decoded (0: not decoded)
+    count: int = field(default=0, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,8 +371,7 @@ class _Reader:
         records = bytes(self.data[pos : pos + size])
         if not records:
             raise ReplicaProtocolError("PUTS without records")
-        record_count(records)
-        return Puts(topic, records, channels, pos - self.origin)
+        return Puts(topic, records, channels, pos - self.origin, record_count(records))
 
     def event(self) -> Event:
         kind = self.u8()

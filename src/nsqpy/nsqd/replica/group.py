@@ -20,6 +20,7 @@ import secrets
 from collections import deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -204,6 +205,21 @@ class Replication:
             # one loop turn later: a topic's pump scheduled by the same put runs first, so
             # its Fanout can still join the put's Puts (see fanout)
             self.nsqd.loop.call_soon(self.nsqd.loop.call_soon, self._flush)
+
+    def flush_settled(self) -> None:
+        """Send now what a client's commands emitted, their topics pumped first so that a
+        Puts leaves naming its channels (one event for the peer, not a Puts and a Fanout).
+        The publisher waits for the peers' ACK: the other connections' commands later in
+        this loop turn must not hold its events back, or every connection's publishes
+        would move in step. Left to the scheduled flush while a pump keeps its time."""
+        if not self._flush_scheduled:
+            return
+        for name, unassigned in self._unassigned.items():
+            topic = self.nsqd.topics.get(name) if unassigned else None
+            if topic is not None and not topic.pump_now():
+                return
+        if not any(self._unassigned.values()):
+            self._flush()
 
     def _flush(self) -> None:
         """Every connected peer gets the events it has not been sent, in EVENTS frames:
@@ -477,10 +493,11 @@ class Replication:
             local, applied = 1, 0
         fresh = events[max(0, applied + 1 - local) :]
         try:
+            acknowledge = partial(self._ack, held)
             if local >= 1:
-                held.store.apply(local, events, encoded)
+                held.store.apply(local, events, encoded, acknowledge)
             else:
-                held.store.apply(1, events[1 - local :])
+                held.store.apply(1, events[1 - local :], stored=acknowledge)
         except SequenceGap as exc:
             raise ReplicaProtocolError(str(exc)) from None
         taken: dict[tuple[str, str], list[bytes]] = {}

@@ -58,6 +58,7 @@ from ...protocol.replica import (
     TopicOp,
     decode_events,
     encode_events,
+    record_count,
 )
 
 MAGIC = b"NSQR1LOG"
@@ -265,12 +266,18 @@ class ReplicaStore:
         return self._log_size
 
     def apply(
-        self, seq: int, events: Sequence[Event], encoded: bytes | memoryview | None = None
+        self,
+        seq: int,
+        events: Sequence[Event],
+        encoded: bytes | memoryview | None = None,
+        stored: Callable[[], None] | None = None,
     ) -> None:
         """Append events ``seq``, ``seq + 1``, ... to the log and apply them. Events already
         applied (a resend after a reconnect) are skipped; a gap raises :class:`SequenceGap`.
         ``encoded`` is ``encode_events(events)`` if the caller has it (as it came from the
-        owner): logged as it is."""
+        owner): logged as it is. ``stored`` is called once the events are logged (and
+        fsynced if the sync settings say so), before the index takes them in: the owner
+        waits for the ACK it sends, not for the index."""
         self._check_open()
         if seq < 1:
             raise ValueError(f"sequence numbers start at 1, not {seq}")
@@ -286,10 +293,13 @@ class ReplicaStore:
             events = decode_events(bytes(encoded))
         at = self._append(seq, encoded)
         # --sync-every counts messages, as nsqd's own queues do: a PUTS counts its records
-        self._unsynced += self._apply_events(events, at)
+        self._unsynced += sum(map(_message_count, events))
         self._applied_seq = seq + len(events) - 1
         if self._unsynced >= self._sync_every or self.sync_due():
             self.sync()
+        if stored is not None:
+            stored()
+        self._apply_events(events, at)
         self._maybe_compact()
 
     def sync_due(self) -> bool:
@@ -559,38 +569,41 @@ class ReplicaStore:
 
     def _puts(self, event: Puts, at: int) -> int:
         """A Put of each record (with the event's channels, no deferral), the records logged
-        at offset ``at``; how many. A new message, the usual case, inlined: every published
-        message passes here."""
+        at offset ``at``; how many. Every published message passes here: when all of them
+        are new, the usual case, the index takes them in with a few dict updates."""
         topic = self._topic(event.topic)
-        messages, held = topic.messages, topic.held
         copies = None
         if event.channels is not None:
             copies = [self._channel(topic, name).copies for name in event.channels]
         records = event.records
         unpack = RECORD_HEAD.unpack_from
-        head = RECORD_HEAD.size
+        first = at + RECORD_HEAD.size  # where the first record's body is in the log
+        ids: list[bytes] = []
+        entries: list[_Message] = []
         end = len(records)
-        pos = count = fresh = added = 0
+        pos = 0
         while pos < end:
             size, timestamp, attempts, msg_id = unpack(records, pos)
-            length = size - RECORD_FIXED
-            count += 1
-            if msg_id in messages or copies == []:
-                message = (timestamp, attempts, at + pos + head, length)
-                self._put_message(event.topic, msg_id, message, event.channels, 0.0)
-            else:
-                # a copy implies its message: a new message is on no channel yet
-                messages[msg_id] = (timestamp, attempts, at + pos + head, length)
-                added += length
-                fresh += 1
-                if copies is None:
-                    held[msg_id] = 0.0
-                else:
-                    for channel_copies in copies:
-                        channel_copies[msg_id] = attempts
+            ids.append(msg_id)
+            entries.append((timestamp, attempts, first + pos, size - RECORD_FIXED))
             pos += 4 + size
-        copy_count = len(copies) if copies is not None else 0
-        self._live_bytes += added + fresh * (_MESSAGE_COST + copy_count * _COPY_COST)
+        count = len(ids)
+        messages = topic.messages
+        if copies == [] or not messages.keys().isdisjoint(ids) or len(set(ids)) != count:
+            for msg_id, message in zip(ids, entries, strict=True):
+                self._put_message(event.topic, msg_id, message, event.channels, 0.0)
+            return count
+        # a copy implies its message: a new message is on no channel yet
+        messages.update(zip(ids, entries, strict=True))
+        if copies is None:
+            topic.held.update(dict.fromkeys(ids, 0.0))
+        else:
+            attempts_of = dict(zip(ids, [entry[_ATTEMPTS] for entry in entries], strict=True))
+            for channel_copies in copies:
+                channel_copies.update(attempts_of)
+        body_bytes = end - count * (4 + RECORD_FIXED)
+        per_message = _MESSAGE_COST + len(copies or ()) * _COPY_COST
+        self._live_bytes += body_bytes + count * per_message
         return count
 
     def _add_copy(self, topic: _Topic, name: str, msg_id: bytes, attempts: int, due: float) -> None:
@@ -869,6 +882,13 @@ def _records(
             return
         yield seq, events, offset + _RECORD_HEAD.size, end
         offset = end
+
+
+def _message_count(event: Event) -> int:
+    """What an event counts toward --sync-every: a PUTS its records, any other event one."""
+    if isinstance(event, Puts):
+        return event.count or record_count(event.records)
+    return 1
 
 
 def _place(event: Put | Puts) -> int:

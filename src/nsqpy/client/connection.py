@@ -227,10 +227,8 @@ class Connection(asyncio.Protocol):
         self._loop = loop
         self._closed_fut = loop.create_future()
         try:
-            await asyncio.wait_for(
-                loop.create_connection(lambda: self, self.host, self.port),
-                self.options.dial_timeout,
-            )
+            async with asyncio.timeout(self.options.dial_timeout):
+                await loop.create_connection(lambda: self, self.host, self.port)
         except (TimeoutError, OSError) as exc:
             raise ConnectionClosedError(go_dial_error(self.address, exc)) from exc
         try:
@@ -380,7 +378,8 @@ class Connection(asyncio.Protocol):
             waiter = self._loop.create_future()
             self._hs_waiter = waiter
             try:
-                await asyncio.wait_for(waiter, self.options.read_timeout)
+                async with asyncio.timeout(self.options.read_timeout):
+                    await waiter
             except TimeoutError as exc:
                 raise ConnectionClosedError(f"{self.address}: handshake timed out") from exc
             finally:

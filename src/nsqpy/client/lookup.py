@@ -109,8 +109,11 @@ class LookupdPoller:
             except Exception:  # keep polling whatever one round did
                 log.exception("lookupd poll round failed")
             delay = self.interval + self.rng.random() * self.jitter * self.interval
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel
+            # that comes as the event is set, and this loop would outlive close()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def poll(self) -> list[str]:

@@ -302,9 +302,10 @@ class LookupPeer:
         # The name is resolved again on every connect (open_connection asks the resolver each
         # time; nothing caches it), so a lookupd whose IP changed is found at its new address
         # on the next reconnect: nsqio/nsq#1233.
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), owner.dial_timeout
-        )
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+        # comes as the connect fails, and stop() would then wait for this loop forever
+        async with asyncio.timeout(owner.dial_timeout):
+            reader, writer = await asyncio.open_connection(host, port)
         self._note_peer_ip(writer)
         self._reader, self._writer = reader, writer
         self.connected = True
@@ -320,9 +321,8 @@ class LookupPeer:
             return
         loop = asyncio.get_running_loop()
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), self._owner.dial_timeout
-            )
+            async with asyncio.timeout(self._owner.dial_timeout):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except (OSError, TimeoutError):
             return  # a resolver hiccup is no reason to leave a working lookupd
         if self._peer_ip in {str(info[4][0]) for info in infos}:
@@ -380,14 +380,17 @@ class LookupPeer:
             raise ConnectionResetError("not connected")
         timeout = self._owner.io_timeout
         writer.write(cmd)
-        await asyncio.wait_for(writer.drain(), timeout)
-        size = decode_sized_length(await asyncio.wait_for(reader.readexactly(4), timeout))
+        async with asyncio.timeout(timeout):
+            await writer.drain()
+        async with asyncio.timeout(timeout):
+            size = decode_sized_length(await reader.readexactly(4))
         limit = self._owner.max_body_size
         if size > limit:
             raise ValueError(f"response body size ({size}) is greater than limit ({limit})")
         if size < 0:
             raise ValueError(f"invalid response body size ({size})")
-        return await asyncio.wait_for(reader.readexactly(size), timeout)
+        async with asyncio.timeout(timeout):
+            return await reader.readexactly(size)
 
     def _disconnect(self) -> None:
         self.connected = False

@@ -183,7 +183,8 @@ class _Collector:
                 timeout = min(timeout, quiet_until - now)
             self.wakeup.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self.wakeup.wait()
 
     async def settle(self, quiet: float) -> None:
         """Take what is still arriving after RDY 0: return after ``quiet`` s without a message."""
@@ -191,7 +192,8 @@ class _Collector:
             before = self.received
             self.wakeup.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), quiet)
+                async with asyncio.timeout(quiet):
+                    await self.wakeup.wait()
             if self.received == before:
                 return
 

@@ -896,9 +896,10 @@ class PeerLink:
     async def _session(self) -> None:
         replication = self.replication
         timeout = replication.timeout
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), timeout
-        )
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+        # comes as the connect fails, and stop() would then wait for this loop forever
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(self.host, self.port)
         self._writer = writer
         info = {
             "node": replication.address,
@@ -910,7 +911,8 @@ class PeerLink:
         pinger = replication.nsqd.loop.create_task(self._ping(writer, timeout / 4))
         try:
             while True:
-                data = await asyncio.wait_for(reader.read(256 * 1024), timeout)
+                async with asyncio.timeout(timeout):
+                    data = await reader.read(256 * 1024)
                 if not data:
                     if self.up:
                         raise ConnectionResetError("closed by the peer")

@@ -70,7 +70,6 @@ class Topic:
         "_deferred_waiting",
         "_published",
         "_pump_handle",
-        "_pump_scheduled",
         "backend",
         "channels",
         "ephemeral",
@@ -104,7 +103,7 @@ class Topic:
         self.exiting = False
         self.message_count = 0
         self.message_bytes = 0
-        self._pump_scheduled = False
+        #: the pump's next turn, when one is scheduled
         self._pump_handle: asyncio.Handle | None = None
         self._published = False  # a publish since the pump's last sliced turn
         self._copy_cost = 0.0  # seconds per channel copy, measured by the pump
@@ -367,11 +366,10 @@ class Topic:
     # ------------------------------------------------------------------ the pump
 
     def _schedule_pump(self, pending_writes: bool = False) -> None:
-        if self._pump_scheduled or not self.flowing():
+        if self._pump_handle is not None or not self.flowing():
             return
         if not pending_writes and not self.memory_queue and self.backend.depth() == 0:
             return
-        self._pump_scheduled = True
         self._pump_handle = self.nsqd.loop.call_soon(self._pump)
 
     def pump_now(self) -> bool:
@@ -389,7 +387,6 @@ class Topic:
         """Move one batch from the topic to its channels; again next turn if more wait. The
         batch is PUMP_BUDGET channel copies, or a PUMP_SLICE's worth when copies are dear
         (PUMP_DEFER_COST): fewer messages per turn the more channels."""
-        self._pump_scheduled = False
         self._pump_handle = None
         if not self.flowing():
             return
@@ -412,7 +409,6 @@ class Topic:
         if len(msgs) >= limit or self.memory_queue:
             if self._published and self._sliced(channels):
                 self._published = False
-                self._pump_scheduled = True
                 self._pump_handle = self.nsqd.loop.call_later(elapsed * PUMP_YIELD, self._pump)
             else:
                 self._schedule_pump()

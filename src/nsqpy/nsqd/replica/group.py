@@ -513,7 +513,6 @@ class Replication:
                     taken.setdefault((event.topic, channel), []).append(event.msg_id)
         if taken:
             self._forget_owned_elsewhere(held, taken)
-        self._ack(held)
 
     def _forget_owned_elsewhere(
         self, owner: _Held, taken: dict[tuple[str, str], list[bytes]]

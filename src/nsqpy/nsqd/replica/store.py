@@ -495,13 +495,11 @@ class ReplicaStore:
 
     # -- the index ---------------------------------------------------------------------
 
-    def _apply_events(self, events: Sequence[Event], at: int) -> int:
-        """Apply ``events``, decoded from the log at offset ``at``, to the index; how many
-        messages and operations they carry."""
-        count = len(events)
+    def _apply_events(self, events: Sequence[Event], at: int) -> None:
+        """Apply ``events``, decoded from the log at offset ``at``, to the index."""
         for event in events:
             if isinstance(event, Puts):
-                count += self._puts(event, at + _place(event)) - 1
+                self._puts(event, at + _place(event))
             elif isinstance(event, Put):
                 self._put_message(
                     event.topic,
@@ -522,7 +520,6 @@ class ReplicaStore:
                 self._channel_op(event)
             else:
                 self._topic_op(event)
-        return count
 
     def _topic(self, name: str) -> _Topic:
         topic = self._topics.get(name)
@@ -567,9 +564,9 @@ class ReplicaStore:
         if not channels and topic.unused(msg_id):  # put to no channel at all
             self._forget(topic, msg_id)
 
-    def _puts(self, event: Puts, at: int) -> int:
+    def _puts(self, event: Puts, at: int) -> None:
         """A Put of each record (with the event's channels, no deferral), the records logged
-        at offset ``at``; how many. Every published message passes here: when all of them
+        at offset ``at``. Every published message passes here: when all of them
         are new, the usual case, the index takes them in with a few dict updates."""
         topic = self._topic(event.topic)
         copies = None
@@ -592,7 +589,7 @@ class ReplicaStore:
         if copies == [] or not messages.keys().isdisjoint(ids) or len(set(ids)) != count:
             for msg_id, message in zip(ids, entries, strict=True):
                 self._put_message(event.topic, msg_id, message, event.channels, 0.0)
-            return count
+            return
         # a copy implies its message: a new message is on no channel yet
         messages.update(zip(ids, entries, strict=True))
         if copies is None:
@@ -604,7 +601,6 @@ class ReplicaStore:
         body_bytes = end - count * (4 + RECORD_FIXED)
         per_message = _MESSAGE_COST + len(copies or ()) * _COPY_COST
         self._live_bytes += body_bytes + count * per_message
-        return count
 
     def _add_copy(self, topic: _Topic, name: str, msg_id: bytes, attempts: int, due: float) -> None:
         channel = self._channel(topic, name)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from .. import version_line
 from ..internal import daemon, lg
 from ..internal.daemon import Service, StopSignals
 from ..internal.flags import run_command
 from .beyond.drain import drain
+from .collector import CollectorPacer
 from .nsqd import NSQD, NSQDError
 from .options import Options
 
@@ -25,17 +26,15 @@ def install_event_loop_policy() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-def tune_garbage_collector() -> None:
-    """Collect the young generation every 10,000 allocations instead of CPython's 700.
-
-    nsqd holds up to --mem-queue-size Message objects per queue, all tracked by the cycle
-    collector; with the default thresholds a full collection may come every 70k allocations
-    (whenever they grew by a quarter) and walks all of them (py-spy: 30-40% of nsqd's CPU while
-    Go's bench_writer publishes). Cycles
-    are still collected, just in larger steps. The startup objects are frozen out of the walks.
-    """
-    gc.freeze()
-    gc.set_threshold(10_000, 10, 10)
+async def serve_with_paced_collector(serving: Coroutine[Any, Any, int]) -> int:
+    """``serving`` with nsqd's full collections paced by their cost (collector.py)."""
+    pacer = CollectorPacer()
+    pacer.install()
+    pacing = asyncio.create_task(pacer.run())
+    try:
+        return await serving
+    finally:
+        pacing.cancel()
 
 
 async def drain_on_sigterm(nsqd: Service, signals: StopSignals) -> None:
@@ -50,7 +49,6 @@ async def drain_on_sigterm(nsqd: Service, signals: StopSignals) -> None:
 
 def start(opts: Options) -> int:
     install_event_loop_policy()
-    tune_garbage_collector()
     logger = lg.Logger(opts.log_prefix, opts.log_level)
     serving = daemon.serve(
         "nsqd",
@@ -62,7 +60,7 @@ def start(opts: Options) -> int:
     try:
         # asyncio.run under the policy above: replacing install_event_loop_policy (as
         # tests/faults/stdlib_loop_nsqd.py and bench/bench_nsqd.py do) keeps asyncio's loop
-        return daemon.run_until_stopped(serving, use_uvloop=False)
+        return daemon.run_until_stopped(serve_with_paced_collector(serving), use_uvloop=False)
     except NSQDError as exc:
         sys.stderr.write(f"[nsqd] FATAL: {exc}\n")
         return 1

@@ -11,6 +11,10 @@ Mirroring Go:
 - ``topic.py`` -- topic.go; ``channel.py`` -- channel.go (with in_flight_pqueue.go and
   internal/pqueue); ``consumer.py`` -- the ``Consumer`` interface atop channel.go
 - ``message.py`` -- message.go; ``guid.py`` -- guid.go
+- ``memory_queue.py`` -- the ``memoryMsgChan`` of topic.go and channel.go: a channel's
+  memory queue keeps each batch the topic fans out as one run shared by all channels
+- ``collector.py`` -- what Go's runtime paces for it: CPython's full collections, held back
+  after each by its cost so that a large backlog is not walked again and again
 - ``client_v2.py`` -- client_v2.go's state (identity, negotiated settings, RDY and in-flight
   counts; a channel's ``Consumer``); ``connection.py`` -- its socket's I/O (protocol_v2.go's
   ``IOLoop`` and ``messagePump``, client_v2.go's reader and writer: input turns, output

@@ -21,12 +21,12 @@ from .diskqueue import DiskQueue, DiskQueueError
 from .errors import BackendWriteError
 
 if TYPE_CHECKING:
-    from collections import deque
     from collections.abc import Awaitable, Iterator, Sequence
 
     from ..protocol.errors import ProtocolError
     from .backend import Backend
     from .diskqueue.holds import Hold
+    from .memory_queue import MemoryQueue
     from .message import Message
     from .nsqd import NSQD
 
@@ -128,12 +128,12 @@ class BackendWrites:
         self.fault_log = nsqd.fault_log
         self.health_error: str | None = None
         self._syncing: dict[Backend, asyncio.Task[None]] = {}
-        self._write_batch: dict[Backend, tuple[deque[Message], list[Message]]] | None = None
+        self._write_batch: dict[Backend, tuple[MemoryQueue, list[Message]]] | None = None
 
     # ------------------------------------------------------------------ writes
 
     def write_to_backend(
-        self, backend: Backend, msg: Message, context: str, owner: deque[Message]
+        self, backend: Backend, msg: Message, context: str, owner: MemoryQueue
     ) -> None:
         """Overflow to disk; BackendWriteError (and unhealthy) if the write fails.
 
@@ -159,7 +159,7 @@ class BackendWrites:
             self._start_sync(backend)
 
     def write_many_to_backend(
-        self, backend: Backend, msgs: list[Message], context: str, owner: deque[Message]
+        self, backend: Backend, msgs: Sequence[Message], context: str, owner: MemoryQueue
     ) -> None:
         """:meth:`write_to_backend` for several messages (one list extend inside a batch)."""
         batch = self._write_batch
@@ -205,7 +205,7 @@ class BackendWrites:
             assert refused is None, "a batch that lists its refusals cannot be nested"
             yield
             return
-        batch: dict[Backend, tuple[deque[Message], list[Message]]] = {}
+        batch: dict[Backend, tuple[MemoryQueue, list[Message]]] = {}
         self._write_batch = batch
         try:
             yield

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.frames import FRAME_TYPE_MESSAGE
@@ -28,6 +27,7 @@ from ..protocol.replica import OP_PAUSE, OP_UNPAUSE
 from .backend import Backend
 from .beyond.channel_held import HeldDelivery
 from .errors import BackendWriteError
+from .memory_queue import ChannelMemory, RunQueue
 from .message import Message, decode_records, own_copies
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class Channel:
         self.writes = nsqd.writes  # the disk-write side (backend_writes.py)
         self.ephemeral = is_ephemeral(name)
         self.mem_capacity = nsqd.options.mem_queue_size
-        self.memory_queue: deque[Message] = deque()
+        self.memory_queue: ChannelMemory = RunQueue()
         self.backend = backend
         self.clients: dict[int, Consumer] = {}
         self._client_list: list[Consumer] = []
@@ -213,12 +213,9 @@ class Channel:
     def _take(self, count: int) -> list[Message]:
         """Up to ``count`` messages from the memory queue, then from the backend (a message
         the topic shares between channels becomes this channel's own copy here)."""
-        memory_queue = self.memory_queue
-        if len(memory_queue) >= count:
-            popleft = memory_queue.popleft
-            return own_copies([popleft() for _ in range(count)])
-        msgs = own_copies(memory_queue)
-        memory_queue.clear()
+        msgs = own_copies(self.memory_queue.take(count))
+        if len(msgs) == count:
+            return msgs
         if self.held is not None:
             return self.held.take(msgs, count)
         backend = self.backend
@@ -268,7 +265,7 @@ class Channel:
         self.message_count += 1
         self.put(msg)
 
-    def put_messages(self, msgs: list[Message]) -> None:
+    def put_messages(self, msgs: Sequence[Message]) -> None:
         """:meth:`put_message` for a batch: with no consumer ready, one extend of the memory
         queue and the overflow to the backend, instead of a call chain per message. The
         messages may be shared with the topic's other channels (``Message.shared``)."""
@@ -577,6 +574,11 @@ class Channel:
         return dirty
 
     # ------------------------------------------------------------------ state
+
+    @staticmethod
+    def uncapped_memory_queue(msgs: Iterable[Message]) -> ChannelMemory:
+        """The memory queue of a channel with no ``--max-queue-bytes`` cap."""
+        return RunQueue(msgs)
 
     def depth(self) -> int:
         # restored deferred messages still have a disk copy that will be skipped; an early

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ..protocol.names import is_ephemeral
@@ -18,6 +18,7 @@ from .backend import Backend
 from .beyond.topic_held import HeldCopies
 from .channel import Channel
 from .guid import GUIDFactory
+from .memory_queue import RUN_LIMIT
 from .message import Message, message_from_bytes
 
 if TYPE_CHECKING:
@@ -350,8 +351,10 @@ class Topic:
         if len(channels) > 1:
             for msg in msgs:
                 msg.shared = True
-        for channel in channels:
-            channel.put_messages(msgs)
+        for start in range(0, len(msgs), RUN_LIMIT):
+            run = tuple(msgs[start : start + RUN_LIMIT])  # kept as it is by every channel
+            for channel in channels:
+                channel.put_messages(run)
 
     def _fan_out_deferred(self, msgs: list[Message]) -> None:
         if self.nsqd.replication is not None:
@@ -481,6 +484,11 @@ class Topic:
         """A DPUB message that waited in the topic at shutdown (its deferral not yet begun)."""
         msg.deferred = remaining
         self._put(msg)
+
+    @staticmethod
+    def uncapped_memory_queue(msgs: Iterable[Message]) -> deque[Message]:
+        """The memory queue of a topic with no ``--max-queue-bytes`` cap."""
+        return deque(msgs)
 
     def depth(self) -> int:
         # restored deferred messages still have a disk copy that will be skipped

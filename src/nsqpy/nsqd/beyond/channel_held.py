@@ -26,11 +26,10 @@ from ..errors import BackendWriteError
 from ..message import Message, message_from_bytes
 
 if TYPE_CHECKING:
-    from collections import deque
-
     from ..backend_writes import BackendWrites
     from ..consumer import Consumer
     from ..diskqueue import DiskQueue
+    from ..memory_queue import ChannelMemory
     from ..nsqd import NSQD
 
 
@@ -46,7 +45,7 @@ class HeldChannel(Protocol):
     name: str
     nsqd: NSQD
     writes: BackendWrites
-    memory_queue: deque[Message]
+    memory_queue: ChannelMemory
     deferred: dict[bytes, Message]
     skip_ids: set[bytes]
 

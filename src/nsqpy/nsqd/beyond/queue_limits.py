@@ -162,6 +162,11 @@ class SizedQueue(deque["Message"]):
     def _recount(self) -> None:
         self.nbytes = RECORD_OVERHEAD * len(self) + sum([len(m.body) for m in self])
 
+    def take(self, count: int) -> list[Message]:
+        """Up to ``count`` messages from the head (a channel's consumers take in batches)."""
+        popleft = self.popleft
+        return [popleft() for _ in range(min(count, len(self)))]
+
 
 class QueueCounts:
     __slots__ = ("dropped", "refused")
@@ -296,7 +301,8 @@ class QueueLimits:
         return opts.max_queue_bytes, opts.queue_full_policy
 
     def apply(self, queue: Queue) -> None:
-        """Give a topic or channel its cap: a :class:`SizedQueue` if it has one, else a deque."""
+        """Give a topic or channel its cap: a :class:`SizedQueue` if it has one, else its
+        usual memory queue back."""
         key = _key(queue)
         limit, policy = self.effective(key)
         memory = queue.memory_queue
@@ -306,7 +312,7 @@ class QueueLimits:
             else:
                 queue.memory_queue = SizedQueue(limit, policy, memory)
         elif isinstance(memory, SizedQueue):
-            queue.memory_queue = deque(memory)
+            queue.memory_queue = queue.uncapped_memory_queue(memory)
 
     def configure(self, channel: Channel, limit: int, policy: str) -> None:
         """``POST /channel/config``: keep the setting; under drop-oldest, trim at once."""

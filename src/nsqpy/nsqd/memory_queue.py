@@ -1,0 +1,138 @@
+"""Memory queues: what nsqd asks of a topic's or channel's, and the channels' own kind.
+
+A topic's pump hands each batch to all its channels as one tuple (the messages are shared,
+see ``Message.shared``). A :class:`RunQueue` keeps that very tuple as one run, so N channels
+hold one reference per batch each instead of one per message: the queues take about 8 bytes
+per message and channel less, and the cycle collector walks each queued message once however
+many channels queue it (a full collection walks every queued reference: with a deque per
+channel, 100 channels and a million queued messages made it walk 100 million). Single
+messages go into short lists the queue owns.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .message import Message
+
+#: the most messages in a run (the topic's tuples, the lists a queue makes itself): a run
+#: stays in memory until its last message is taken, so this bounds the messages a channel
+#: keeps after taking them
+RUN_LIMIT = 256
+
+
+class MemoryQueue(Protocol):
+    """A FIFO of messages in memory; ``collections.deque`` is one."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Message]: ...
+
+    def append(self, msg: Message, /) -> None: ...
+
+    def extend(self, msgs: Iterable[Message], /) -> None: ...
+
+    def popleft(self) -> Message: ...
+
+    def clear(self) -> None: ...
+
+
+class ChannelMemory(MemoryQueue, Protocol):
+    """A channel's memory queue, which its consumers take from in batches."""
+
+    def take(self, count: int) -> list[Message]:
+        """Up to ``count`` messages from the head, in order."""
+        ...
+
+
+class RunQueue:
+    """A channel's memory queue: a FIFO of messages kept in runs, a tuple given to
+    :meth:`extend` being queued as it is (see the module's docstring)."""
+
+    __slots__ = ("_head", "_len", "_runs")
+
+    def __init__(self, msgs: Iterable[Message] = ()) -> None:
+        self._runs: deque[Sequence[Message]] = deque()
+        self._head = 0  # messages already taken from the first run
+        self._len = 0
+        self.extend(msgs)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __iter__(self) -> Iterator[Message]:
+        runs = iter(self._runs)
+        first = next(runs, None)
+        if first is None:
+            return
+        yield from islice(first, self._head, None)
+        for run in runs:
+            yield from run
+
+    def append(self, msg: Message) -> None:
+        runs = self._runs
+        if runs:
+            tail = runs[-1]
+            if type(tail) is list and len(tail) < RUN_LIMIT:
+                tail.append(msg)
+                self._len += 1
+                return
+        runs.append([msg])
+        self._len += 1
+
+    def extend(self, msgs: Iterable[Message]) -> None:
+        """Queue ``msgs`` after the others: a tuple as it is (never copied, never changed),
+        anything else as lists of its own of at most RUN_LIMIT messages."""
+        if type(msgs) is tuple:
+            if msgs:
+                self._runs.append(msgs)
+                self._len += len(msgs)
+            return
+        items = list(msgs)
+        for start in range(0, len(items), RUN_LIMIT):
+            self._runs.append(items[start : start + RUN_LIMIT])
+        self._len += len(items)
+
+    def popleft(self) -> Message:
+        if not self._len:
+            raise IndexError("pop from an empty queue")
+        run = self._runs[0]
+        msg = run[self._head]
+        self._head += 1
+        self._len -= 1
+        if self._head == len(run):
+            self._runs.popleft()
+            self._head = 0
+        return msg
+
+    def take(self, count: int) -> list[Message]:
+        """Up to ``count`` messages from the head, in order, a slice of each run."""
+        taken: list[Message] = []
+        runs = self._runs
+        head = self._head
+        while count > 0 and runs:
+            run = runs[0]
+            available = len(run) - head
+            if count < available:
+                taken += run[head : head + count]
+                head += count
+                break
+            taken += run[head:] if head else run
+            count -= available
+            runs.popleft()
+            head = 0
+        self._head = head
+        self._len -= len(taken)
+        return taken
+
+    def clear(self) -> None:
+        self._runs.clear()
+        self._head = 0
+        self._len = 0

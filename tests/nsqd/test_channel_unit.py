@@ -4,8 +4,8 @@ consumer that records what it was sent."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,14 +19,8 @@ MSG_TIMEOUT = 30.0
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def nsqd(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NSQD]:
-    async with in_process_nsqd(tmp_path, clock, msg_timeout=MSG_TIMEOUT) as daemon:
-        yield daemon
+def nsqd_options() -> dict[str, Any]:
+    return {"msg_timeout": MSG_TIMEOUT}
 
 
 @pytest.fixture

@@ -27,11 +27,6 @@ class Node:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def pacer(clock: FakeClock) -> Iterator[CollectorPacer]:
     pacer = CollectorPacer(clock.now, budget=0.05, min_interval=1.0)
     before = gc.get_threshold()

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-
-import pytest
+from collections.abc import Callable
 
 from nsqpy.nsqd.connection import TURN_BUDGET, TURN_STEP, Connection
 from nsqpy.nsqd.nsqd import NSQD
@@ -30,7 +27,7 @@ from nsqpy.protocol import commands as cmd
 from nsqpy.protocol.commands import Command
 from nsqpy.protocol.compression import SnappyFrameReader, SnappyFrameWriter
 
-from .in_process_support import FakeClock, RecordingTransport, in_process_nsqd
+from .in_process_support import FakeClock, RecordingTransport
 
 #: How long a test waits for a timer of a few tens of milliseconds to fire on a loaded machine.
 TIMER_WAIT = 5.0
@@ -101,17 +98,6 @@ class RecordingClient:
 
     def connection_closed(self) -> None:
         self.closed_calls += 1
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def nsqd(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NSQD]:
-    async with in_process_nsqd(tmp_path, clock) as daemon:
-        yield daemon
 
 
 def connect(

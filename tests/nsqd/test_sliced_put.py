@@ -8,8 +8,7 @@ see what happens between them without depending on the machine's speed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,18 +16,7 @@ from nsqpy.nsqd import topic as topic_module
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.nsqd.topic import Topic, TopicError
 
-from .in_process_support import FakeClock, FakeConsumer, in_process_nsqd, loop_turns
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def nsqd(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NSQD]:
-    async with in_process_nsqd(tmp_path, clock) as daemon:
-        yield daemon
+from .in_process_support import FakeClock, FakeConsumer, loop_turns
 
 
 @pytest.fixture

@@ -4,27 +4,13 @@ test moves and consumers that record what they were sent."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from nsqpy.nsqd.message import Message
 from nsqpy.nsqd.nsqd import NSQD
 from nsqpy.nsqd.topic import Topic
 
-from .in_process_support import FakeClock, FakeConsumer, in_process_nsqd, loop_turns
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def nsqd(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NSQD]:
-    async with in_process_nsqd(tmp_path, clock) as daemon:
-        yield daemon
+from .in_process_support import FakeClock, FakeConsumer, loop_turns
 
 
 @pytest.fixture

@@ -36,6 +36,10 @@ Rows:
   9   nsqd HTTP: ``POST /pub`` pipelined on ``--http-connections`` keep-alive connections
   10  an auth server (started here) grants topic ``^(a+)+$``; one PUB to ``--auth-as`` a's
       followed by ``-``
+  11  ``flood`` gets 100 channels and no consumer, the nsqd ``--mem-queue-size=1000000``
+      (bench.sh's fan-out): pipelined MPUBs of 200 x 200 bytes, replies read, up to
+      1,200,000 messages held in memory for every channel; ours only (Go copies a message
+      for each channel: 120 million copies would take it about 15 GB)
 """
 
 from __future__ import annotations
@@ -415,6 +419,22 @@ def attack_fin_unread(args: AttackArgs) -> dict[str, Any]:
     return outcome(flood.sent, flood.commands, note=note)
 
 
+#: row 11: channels of ``flood``, and the messages published to it
+FANOUT_CHANNELS = 100
+FANOUT_MESSAGES = 1_200_000
+FANOUT_BATCH = 200
+
+
+def attack_fanout_backlog(args: AttackArgs) -> dict[str, Any]:
+    replies = identified_nsqd(args)
+    body = _SIZE.pack(FANOUT_BATCH) + (_SIZE.pack(200) + b"x" * 200) * FANOUT_BATCH
+    unit = with_body(b"MPUB flood\n", body)
+    limit = len(unit) * (FANOUT_MESSAGES // FANOUT_BATCH)
+    return flood_with_replies(
+        args, replies, unit, lambda kind, data: (kind, data) == (0, b"OK"), limit=limit
+    )
+
+
 def mpub_command(count: int) -> bytes:
     body = _SIZE.pack(count) + (_SIZE.pack(1) + b"x") * count
     return with_body(b"MPUB flood\n", body)
@@ -720,6 +740,9 @@ class Row:
     target: str
     attack: Callable[[AttackArgs], dict[str, Any]]
     auth: bool = False
+    channels: int = 0  # channels of topic ``flood`` made before the attack
+    nsqd_args: tuple[str, ...] = ()  # the row's own flags, after --nsqd-args
+    go: bool = True  # whether Go's daemon runs it too
 
 
 ROWS: dict[str, Row] = {
@@ -734,6 +757,14 @@ ROWS: dict[str, Row] = {
     "8": Row("nsqlookupd REGISTER/UNREGISTER loop", "nsqlookupd", attack_lookupd_register),
     "9": Row("HTTP POST /pub flood on keep-alive connections", "nsqd", attack_http_pub),
     "10": Row("auth grants ^(a+)+$; PUB to a...a-", "nsqd", attack_auth_regex, auth=True),
+    "11": Row(
+        "MPUBs to 100 channels, 1.2M messages held in memory",
+        "nsqd",
+        attack_fanout_backlog,
+        channels=FANOUT_CHANNELS,
+        nsqd_args=("--mem-queue-size=1000000",),
+        go=False,
+    ),
 }
 
 
@@ -890,7 +921,7 @@ def env_for(kind: str, args: argparse.Namespace) -> dict[str, str] | None:
 
 def run_row(key: str, kind: str, args: argparse.Namespace, extras: dict[str, Any]) -> Measured:
     row = ROWS[key]
-    command = command_for(kind, row.target, args)
+    command = command_for(kind, row.target, args) + list(row.nsqd_args)
     if row.auth:
         command.append(f"--auth-http-address=127.0.0.1:{extras['auth_port']}")
     with tempfile.TemporaryDirectory() as data:
@@ -900,6 +931,8 @@ def run_row(key: str, kind: str, args: argparse.Namespace, extras: dict[str, Any
             if row.target == "nsqd":
                 for topic in ("innocent", "flood"):
                     daemon.request("POST", f"/topic/create?topic={topic}")
+                for n in range(row.channels):
+                    daemon.request("POST", f"/channel/create?topic=flood&channel=c{n}")
             return attack_and_probe(key, daemon, args, extras)
         finally:
             daemon.stop()
@@ -1090,7 +1123,7 @@ def main(argv: list[str]) -> int:
     try:
         for index, key in enumerate(keys):
             go_binary = args.go_nsqd if ROWS[key].target == "nsqd" else args.go_nsqlookupd
-            kinds = ["go", "nsqpy"] if go_binary else ["nsqpy"]
+            kinds = ["go", "nsqpy"] if go_binary and ROWS[key].go else ["nsqpy"]
             if index % 2:
                 kinds.reverse()
             runs: dict[str, Measured] = {}

@@ -53,7 +53,7 @@ CLIENT_REGISTRATION: Registration = ("client", "", "")
 #: would hold the loop for milliseconds.
 FEED_SIZE = 4096
 #: How long one connection's commands may hold the event loop in one turn, in seconds.
-TURN_BUDGET = 0.002
+TURN_BUDGET = 0.0005
 #: Commands run between two readings of the clock.
 CHECK_EVERY = 32
 #: Unsent reply bytes at which a connection stops being read (asyncio's default), and the

@@ -4,9 +4,9 @@ A topic's pump hands each batch to all its channels as one tuple (the messages a
 see ``Message.shared``). A :class:`RunQueue` keeps that very tuple as one run, so N channels
 hold one reference per batch each instead of one per message: the queues take about 8 bytes
 per message and channel less, and the cycle collector walks each queued message once however
-many channels queue it (a full collection walks every queued reference: with a deque per
-channel, 100 channels and a million queued messages made it walk 100 million). Single
-messages go into short lists the queue owns.
+many channels queue it (a full collection walks every queued reference, and a deque per
+channel would hold 100 million of them for a million messages queued on 100 channels).
+Single messages go into short lists the queue owns.
 """
 
 from __future__ import annotations

@@ -9,8 +9,11 @@
   handed over one by one as they arrive (``Channel.deliver``);
 - a Message built by ``Message.__init__``, :meth:`Message.copy`, :func:`own_copies`,
   :func:`message_from_bytes` and :func:`decode_records`: equal in every slot;
-- a fan-out batch framed for the disk queues at once (``framed_records``) and each message
-  encoded and size-prefixed on its own.
+- a fan-out batch framed for the disk queues at once (``framed_records``, ``framed_run``) and
+  each message encoded and size-prefixed on its own;
+- an MPUB's messages queued unbuilt (``Topic.put_run``, a MessageRun) and as messages
+  (``Topic.put_messages``): the same messages reach every channel, in memory and on disk, in
+  the same order, with the same counters, whatever the queues' sizes and the consumers.
 
 Each twin runs on its own NSQD (same options, same fake clock readings, the same message IDs
 put in the same order), so anything one path does that the other does not shows up as a
@@ -31,10 +34,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsqpy.nsqd.backend_writes import framed_records
+from nsqpy.nsqd.backend_writes import framed_records, framed_run
 from nsqpy.nsqd.channel import Channel, ChannelError
 from nsqpy.nsqd.client_v2 import ClientV2
-from nsqpy.nsqd.message import Message, decode_records, message_from_bytes, own_copies
+from nsqpy.nsqd.message import (
+    Message,
+    MessageRun,
+    decode_records,
+    message_from_bytes,
+    own_copies,
+)
 from nsqpy.protocol import commands
 
 from .in_process_support import (
@@ -450,6 +459,10 @@ def test_every_message_builder_gives_the_same_message(
     original.shared = False
     assert own_copies([original]) == [original] and original.private() is original
 
+    # a MessageRun builds a published message: attempts 0, no deferral
+    (from_run,) = MessageRun([msg_id], [body], timestamp).messages()
+    assert slots(from_run) == slots(Message(msg_id, body, timestamp))
+
 
 def test_a_record_too_short_is_an_error_in_both_decoders() -> None:
     short = _record(1, 1, b"i" * 16, b"")[:-1]
@@ -483,3 +496,77 @@ def test_a_fan_out_batch_is_framed_as_each_message_encoded_and_size_prefixed(
     msgs = [Message(msg_id, body, ts, attempts) for msg_id, body, ts, attempts in fields]
     plain = b"".join(struct.pack(">I", len(m.encode())) + m.encode() for m in msgs)
     assert framed_records(msgs) == plain
+    run = MessageRun([m.id for m in msgs], [m.body for m in msgs], fields[0][2])
+    assert framed_run(run) == framed_records(run.messages())
+
+
+# --------------------------------------------------------------------------- MPUB as a run
+
+publishes = st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=8)
+
+
+async def _publish_scenario(
+    data_path: Path,
+    as_run: bool,
+    sizes: list[int],
+    channels: int,
+    mem_queue_size: int,
+    ready: int,
+) -> tuple[object, ...]:
+    """MPUBs of ``sizes`` into a topic with ``channels`` channels (the first with a consumer
+    of RDY ``ready``, if any): what each channel holds afterwards, in order, and the counts."""
+    clock = FakeClock()
+    options = {"mem_queue_size": mem_queue_size, "msg_timeout": MSG_TIMEOUT}
+    async with in_process_nsqd(data_path, clock, **options) as nsqd:
+        topic = nsqd.get_topic("t")
+        names = [f"c{n}" for n in range(channels)]
+        for name in names:
+            topic.get_channel(name)
+        consumer = FakeConsumer(1)
+        if ready:
+            consumer.subscribe(topic.channels[names[0]])
+            consumer.rdy(ready)
+        made = 0
+        for size in sizes:
+            ids = [msg_id(made + n) for n in range(size)]
+            bodies = [b"body %d" % (made + n) for n in range(size)]
+            made += size
+            run = MessageRun(ids, bodies, clock.wall_ns())
+            with nsqd.writes.batched_writes():
+                if as_run:
+                    topic.put_run(run)
+                else:
+                    topic.put_messages(run.messages())
+            await loop_turns()
+        for _ in range(2000):  # the pump may pause between turns when copies are dear
+            if not topic.depth():
+                break
+            await asyncio.sleep(0.001)
+        held = []
+        for name in names:
+            channel = topic.channels[name]
+            counts = (channel.message_count, channel.depth())
+            queued = [(m.id, m.body, m.timestamp, m.attempts) for m in channel._take(10**6)]
+            held.append((name, counts, queued))
+        sent = [(m.id, m.body, m.attempts) for m in consumer.received]
+        topic_counts = (topic.message_count, topic.message_bytes, topic.depth())
+        return topic_counts, sent, held
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    publishes,
+    st.integers(min_value=1, max_value=3),
+    st.sampled_from([1, 7, 50, 10000]),
+    st.sampled_from([0, 5]),
+)
+def test_an_mpub_queued_as_a_run_and_as_messages_reaches_the_channels_alike(
+    sizes: list[int], channels: int, mem_queue_size: int, ready: int
+) -> None:
+    as_run, as_messages = run_twice(_publish_scenario, sizes, channels, mem_queue_size, ready)
+    assert as_run == as_messages
+    (published, _, _), sent, held = as_run
+    assert published == sum(sizes)
+    # every channel has every message: queued (memory, then disk) or sent to its consumer
+    for index, (_, _, queued) in enumerate(held):
+        assert len(queued) + (len(sent) if index == 0 else 0) == published

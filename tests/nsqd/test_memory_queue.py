@@ -1,6 +1,7 @@
-"""RunQueue, a channel's memory queue, against the deque it stands in for: any sequence of
-appends, extends (shared tuples and lists), poplefts, takes and clears leaves both with the
-same messages in the same order; a shared tuple is queued as it is and never changed."""
+"""RunQueue, a topic's or channel's memory queue, against the deque it stands in for: any
+sequence of appends, extends (shared tuples, lists and MessageRuns), poplefts, takes and clears
+leaves both with the same messages in the same order; a shared tuple or a MessageRun is queued
+as it is and never changed."""
 
 from __future__ import annotations
 
@@ -12,16 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsqpy.nsqd.memory_queue import RUN_LIMIT, RunQueue
-from nsqpy.nsqd.message import Message
+from nsqpy.nsqd.message import Message, MessageRun
 
 Op = tuple[str, int]
 
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("append"), st.just(1)),
-        st.tuples(st.sampled_from(["extend_tuple", "extend_list"]), st.integers(0, 300)),
+        st.tuples(
+            st.sampled_from(["extend_tuple", "extend_list", "extend_run"]), st.integers(0, 300)
+        ),
         st.tuples(st.just("popleft"), st.just(1)),
-        st.tuples(st.just("take"), st.integers(0, 600)),
+        st.tuples(st.sampled_from(["take", "take_runs"]), st.integers(0, 600)),
         st.tuples(st.just("clear"), st.just(0)),
     ),
     max_size=60,
@@ -29,7 +32,25 @@ ops = st.lists(
 
 
 def message(n: int) -> Message:
-    return Message(b"%016d" % n, b"body", 0)
+    return Message(b"%016d" % n, b"body %d" % n, 7)
+
+
+def run_of(msgs: list[Message]) -> MessageRun:
+    return MessageRun([m.id for m in msgs], [m.body for m in msgs], 7)
+
+
+def same(taken: list[Message], expected: list[Message]) -> bool:
+    """The same messages: the very objects, or ones a MessageRun built anew (unshared, never
+    handed out before)."""
+    if len(taken) != len(expected):
+        return False
+    for got, want in zip(taken, expected, strict=True):
+        if got is want:
+            continue
+        fields = (got.id, got.body, got.timestamp, got.attempts, got.shared, got.client)
+        if fields != (want.id, want.body, want.timestamp, 0, False, None):
+            return False
+    return True
 
 
 @settings(max_examples=300, deadline=None)
@@ -37,6 +58,7 @@ def message(n: int) -> Message:
 def test_a_run_queue_behaves_as_a_deque(operations: list[Op]) -> None:
     queue = RunQueue()
     reference: deque[Message] = deque()
+    from_runs: set[bytes] = set()  # IDs queued in a MessageRun: built anew when taken
     made = 0
     for name, size in operations:
         if name == "append":
@@ -47,25 +69,36 @@ def test_a_run_queue_behaves_as_a_deque(operations: list[Op]) -> None:
         elif name.startswith("extend"):
             batch = [message(made + i) for i in range(size)]
             made += size
-            queue.extend(tuple(batch) if name == "extend_tuple" else batch)
+            if name == "extend_run":
+                queue.extend(run_of(batch))
+                from_runs.update(m.id for m in batch)
+            else:
+                queue.extend(tuple(batch) if name == "extend_tuple" else batch)
             reference.extend(batch)
         elif name == "popleft":
             if reference:
-                assert queue.popleft() is reference.popleft()
+                want = reference.popleft()
+                got = queue.popleft()
+                assert same([got], [want])
+                assert (got is want) == (want.id not in from_runs)
             else:
                 with pytest.raises(IndexError):
                     queue.popleft()
-        elif name == "take":
+        elif name.startswith("take"):
             expected = [reference.popleft() for _ in range(min(size, len(reference)))]
-            taken = queue.take(size)
-            assert [m.id for m in taken] == [m.id for m in expected]
-            assert all(a is b for a, b in zip(taken, expected, strict=True))
+            if name == "take":
+                taken = queue.take(size)
+            else:
+                runs = queue.take_runs(size)
+                assert all(len(run) > 0 for run in runs)
+                taken = [msg for run in runs for msg in run]
+            assert same(taken, expected)
         else:
             queue.clear()
             reference.clear()
         assert len(queue) == len(reference)
         assert bool(queue) == bool(reference)
-        assert [m.id for m in queue] == [m.id for m in reference]
+        assert same(list(queue), list(reference))
 
 
 def test_channels_share_a_tuple_without_changing_it() -> None:
@@ -98,3 +131,18 @@ def test_single_appends_are_kept_in_bounded_runs() -> None:
 def test_a_long_list_is_kept_in_bounded_runs() -> None:
     queue = RunQueue([message(n) for n in range(2 * RUN_LIMIT + 1)])
     assert [len(run) for run in queue._runs] == [RUN_LIMIT, RUN_LIMIT, 1]
+
+
+def test_a_message_run_is_built_anew_for_each_channel() -> None:
+    run = run_of([message(n) for n in range(5)])
+    first, second = RunQueue(), RunQueue()
+    first.extend(run)
+    second.extend(run)
+    assert first._runs[0] is run and second._runs[0] is run  # queued as it is, unbuilt
+    mine, theirs = first.take(3), second.take(3)
+    assert [m.body for m in mine] == [b"body 0", b"body 1", b"body 2"]
+    assert all(a is not b for a, b in zip(mine, theirs, strict=True))
+    mine[0].attempts = 5  # one channel's delivery state is its own
+    assert theirs[0].attempts == 0
+    assert [len(r) for r in second.take_runs(10)] == [2]
+    assert len(run) == 5  # the shared run itself is never changed

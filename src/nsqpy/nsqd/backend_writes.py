@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from ..protocol.message import MESSAGE_HEADER
 from .diskqueue import DiskQueue, DiskQueueError
 from .errors import BackendWriteError
+from .message import Message, MessageRun
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Iterator, Sequence
@@ -27,8 +28,11 @@ if TYPE_CHECKING:
     from .backend import Backend
     from .diskqueue.holds import Hold
     from .memory_queue import MemoryQueue
-    from .message import Message
     from .nsqd import NSQD
+
+#: what one queue's share of a batch of writes is made of, in order: messages, and the runs
+#: of published messages a topic hands on unbuilt
+Pending = Message | MessageRun
 
 
 _RECORD_SIZE = struct.Struct(">I")
@@ -56,28 +60,47 @@ _REFUSED_WRITES = "refused-writes"
 
 class _SharedEncodings:
     """One flush of ``batched_writes``: a message shared by several channels is encoded once,
-    and a run of shared messages overflowing to many channels' disk queues is framed into one
-    buffer once, which each queue then writes whole (``DiskQueue.put_framed``)."""
+    and a run of shared messages (or of MessageRuns) overflowing to many channels' disk queues
+    is framed into one buffer once, which each queue then writes whole
+    (``DiskQueue.put_framed``). Keyed by the objects' ``id()`` while the batch keeps them
+    alive."""
 
-    __slots__ = ("frames", "records")
+    __slots__ = ("frames", "records", "runs")
 
     def __init__(self) -> None:
         self.records: dict[int, bytes] = {}
-        self.frames: dict[tuple[int, int], tuple[list[Message], bytes]] = {}
+        self.frames: dict[tuple[int, int], tuple[list[Pending], bytes]] = {}
+        self.runs: dict[int, bytes] = {}
 
-    def framed(self, msgs: list[Message]) -> bytes | None:
-        """The framed records of ``msgs`` if they are all shared, else None."""
-        if not (msgs[0].shared and msgs[-1].shared):
+    def framed(self, items: list[Pending]) -> bytes | None:
+        """The framed records of ``items`` if they are all MessageRuns or all shared
+        messages, else None."""
+        if isinstance(items[0], MessageRun):
+            return self._framed_runs(items)
+        msgs = cast("list[Message]", items)  # checked below, before they are framed
+        if not (msgs[0].shared and getattr(msgs[-1], "shared", False)):
             return None
         key = (id(msgs[0]), len(msgs))
         cached = self.frames.get(key)
         if cached is not None and cached[0] == msgs:  # list ==: identity per element, in C
             return cached[1]
-        if not all(msg.shared for msg in msgs):
+        if not all([isinstance(msg, Message) and msg.shared for msg in msgs]):
             return None
         framed = framed_records(msgs)
-        self.frames[key] = (msgs, framed)
+        self.frames[key] = (items, framed)
         return framed
+
+    def _framed_runs(self, items: list[Pending]) -> bytes | None:
+        runs = self.runs
+        pieces: list[bytes] = []
+        for run in items:
+            if not isinstance(run, MessageRun):
+                return None
+            framed = runs.get(id(run))
+            if framed is None:
+                framed = runs[id(run)] = framed_run(run)
+            pieces.append(framed)
+        return b"".join(pieces)
 
 
 def framed_records(msgs: Sequence[Message]) -> bytes:
@@ -92,19 +115,59 @@ def framed_records(msgs: Sequence[Message]) -> bytes:
     return b"".join(pieces)
 
 
-def _encode_all(msgs: list[Message], encoded: dict[int, bytes]) -> list[bytes]:
-    """The disk records of ``msgs``; a message shared by several channels is encoded once
-    per batch (``encoded``, keyed by the object while the batch keeps it alive)."""
-    out = []
-    for msg in msgs:
-        if not msg.shared:
-            out.append(msg.encode())
-            continue
-        data = encoded.get(id(msg))
-        if data is None:
-            data = encoded[id(msg)] = msg.encode()
-        out.append(data)
+def framed_run(run: MessageRun) -> bytes:
+    """:func:`framed_records` of a run's messages, without building them."""
+    pack = _FRAMED_HEADER.pack
+    timestamp = run.timestamp
+    pieces: list[bytes] = []
+    extend = pieces.extend
+    for msg_id, body in zip(run.ids, run.bodies, strict=True):
+        extend((pack(_RECORD_OVERHEAD + len(body), timestamp, 0), msg_id, body))
+    return b"".join(pieces)
+
+
+def _encode_all(items: list[Pending], encoded: dict[int, bytes]) -> list[bytes]:
+    """The disk records of ``items``, one per message; a message shared by several channels
+    is encoded once per batch (``encoded``)."""
+    out: list[bytes] = []
+    for item in items:
+        if isinstance(item, MessageRun):
+            out.extend(msg.encode() for msg in item.messages())
+        elif not item.shared:
+            out.append(item.encode())
+        else:
+            data = encoded.get(id(item))
+            if data is None:
+                data = encoded[id(item)] = item.encode()
+            out.append(data)
     return out
+
+
+def _record_count(items: list[Pending]) -> int:
+    return sum([len(item) if isinstance(item, MessageRun) else 1 for item in items])
+
+
+def _unstored(items: list[Pending], stored: int) -> list[Pending]:
+    """``items`` less their first ``stored`` messages (a run cut where they end)."""
+    for index, item in enumerate(items):
+        size = len(item) if isinstance(item, MessageRun) else 1
+        if stored < size:
+            rest = items[index:]
+            if isinstance(item, MessageRun) and stored:
+                rest[0] = item.slice(stored)
+            return rest
+        stored -= size
+    return []
+
+
+def _messages_of(items: list[Pending]) -> list[Message]:
+    msgs: list[Message] = []
+    for item in items:
+        if isinstance(item, MessageRun):
+            msgs += item.messages()
+        else:
+            msgs.append(item)
+    return msgs
 
 
 def ack_after(
@@ -128,7 +191,7 @@ class BackendWrites:
         self.fault_log = nsqd.fault_log
         self.health_error: str | None = None
         self._syncing: dict[Backend, asyncio.Task[None]] = {}
-        self._write_batch: dict[Backend, tuple[MemoryQueue, list[Message]]] | None = None
+        self._write_batch: dict[Backend, tuple[MemoryQueue, list[Pending]]] | None = None
 
     # ------------------------------------------------------------------ writes
 
@@ -159,18 +222,30 @@ class BackendWrites:
             self._start_sync(backend)
 
     def write_many_to_backend(
-        self, backend: Backend, msgs: Sequence[Message], context: str, owner: MemoryQueue
+        self,
+        backend: Backend,
+        msgs: Sequence[Message] | MessageRun,
+        context: str,
+        owner: MemoryQueue,
     ) -> None:
-        """:meth:`write_to_backend` for several messages (one list extend inside a batch)."""
+        """:meth:`write_to_backend` for several messages (one list extend inside a batch, a
+        MessageRun kept whole)."""
         batch = self._write_batch
         if batch is None:
+            if isinstance(msgs, MessageRun):
+                with self.batched_writes():  # (raises as write_to_backend)
+                    self.write_many_to_backend(backend, msgs, context, owner)
+                return
             for msg in msgs:
                 self.write_to_backend(backend, msg, context, owner)
             return
         pending = batch.get(backend)
         if pending is None:
             pending = batch[backend] = (owner, [])
-        pending[1].extend(msgs)
+        if isinstance(msgs, MessageRun):
+            pending[1].append(msgs)
+        else:
+            pending[1].extend(msgs)
 
     def write_held(self, queue: DiskQueue, msg: Message, context: str) -> Hold | None:
         """A held channel's write (beyond/channel_held.py), never batched, as the caller may
@@ -205,7 +280,7 @@ class BackendWrites:
             assert refused is None, "a batch that lists its refusals cannot be nested"
             yield
             return
-        batch: dict[Backend, tuple[MemoryQueue, list[Message]]] = {}
+        batch: dict[Backend, tuple[MemoryQueue, list[Pending]]] = {}
         self._write_batch = batch
         try:
             yield
@@ -220,26 +295,27 @@ class BackendWrites:
                     failure = exc
                     continue
                 if unwritten:
-                    owner.extend(unwritten)
+                    kept = _messages_of(unwritten)
+                    owner.extend(kept)
                     if refused is not None:
-                        refused.append((backend, unwritten))
+                        refused.append((backend, kept))
             if failure is not None:
                 raise failure
 
     def _put_many(
         self,
         backend: Backend,
-        msgs: list[Message],
+        msgs: list[Pending],
         keep: bool,
         encoded: _SharedEncodings,
-    ) -> list[Message]:
+    ) -> list[Pending]:
         """Write ``msgs`` to ``backend``. A refused write raises BackendWriteError, or with
         ``keep`` returns the messages it left unwritten."""
         try:
             written = False
             if backend.disk_queue() is not None:  # a memory-only backend drops them anyway
                 framed = encoded.framed(msgs)
-                written = framed is not None and backend.put_framed(framed, len(msgs))
+                written = framed is not None and backend.put_framed(framed, _record_count(msgs))
             if not written:
                 backend.put_many(_encode_all(msgs, encoded.records))
         except (DiskQueueError, OSError) as exc:
@@ -250,7 +326,7 @@ class BackendWrites:
             if not keep:
                 raise BackendWriteError(str(exc)) from None
             stored = exc.stored if isinstance(exc, DiskQueueError) else 0
-            return msgs[stored:]
+            return _unstored(msgs, stored)
         if self.health_error is not None or self.fault_log.active:
             self._backend_writable(backend)
         if backend not in self._syncing and backend.sync_due():

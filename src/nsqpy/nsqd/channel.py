@@ -27,8 +27,8 @@ from ..protocol.replica import OP_PAUSE, OP_UNPAUSE
 from .backend import Backend
 from .beyond.channel_held import HeldDelivery
 from .errors import BackendWriteError
-from .memory_queue import ChannelMemory, RunQueue
-from .message import Message, decode_records, own_copies
+from .memory_queue import ChannelMemory, RunQueue, cut
+from .message import Message, MessageRun, decode_records, own_copies
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -265,10 +265,11 @@ class Channel:
         self.message_count += 1
         self.put(msg)
 
-    def put_messages(self, msgs: Sequence[Message]) -> None:
+    def put_messages(self, msgs: Sequence[Message] | MessageRun) -> None:
         """:meth:`put_message` for a batch: with no consumer ready, one extend of the memory
         queue and the overflow to the backend, instead of a call chain per message. The
-        messages may be shared with the topic's other channels (``Message.shared``)."""
+        messages may be shared with the topic's other channels (``Message.shared``, or a
+        MessageRun, from which this channel builds its own messages as it takes them)."""
         if self._ready_client() is not None:
             for msg in msgs:
                 self.put_message(msg)
@@ -280,8 +281,8 @@ class Channel:
             memory_queue.extend(msgs)
             return
         if room > 0:
-            memory_queue.extend(msgs[:room])
-            msgs = msgs[room:]
+            memory_queue.extend(cut(msgs, 0, room))
+            msgs = cut(msgs, room, None)
         self.writes.write_many_to_backend(self.backend, msgs, f"CHANNEL({self.name})", memory_queue)
 
     def put_message_deferred(self, msg: Message, delay: float) -> None:

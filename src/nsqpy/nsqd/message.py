@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.frames import FRAME_TYPE_MESSAGE
@@ -89,6 +89,54 @@ class Message:
         size = MESSAGE_FRAME_OVERHEAD + len(self.body)
         header = MESSAGE_FRAME_HEADER.pack(size, FRAME_TYPE_MESSAGE, self.timestamp, self.attempts)
         return header + self.id + self.body
+
+
+class MessageRun:
+    """An MPUB's messages as published, before any is a :class:`Message`: their IDs and
+    bodies and the one timestamp they share. A topic queues the run and hands the same run
+    to every channel; a channel builds its own messages from it only as it takes them
+    (:meth:`messages`), so a queued message costs no object and nothing for the cycle
+    collector to walk. Immutable: every slice is a new run."""
+
+    __slots__ = ("bodies", "ids", "timestamp")
+
+    def __init__(self, ids: list[bytes], bodies: list[bytes], timestamp: int) -> None:
+        self.ids = ids
+        self.bodies = bodies
+        self.timestamp = timestamp
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages())
+
+    def messages(self, start: int = 0, stop: int | None = None) -> list[Message]:
+        """New messages (attempts 0, owned by whoever takes them) for ``[start:stop]``."""
+        timestamp = self.timestamp
+        out: list[Message] = []
+        append = out.append
+        for msg_id, body in zip(self.ids[start:stop], self.bodies[start:stop], strict=True):
+            msg = _new_message(Message)  # _build inlined: this is the delivery path
+            msg.id = msg_id
+            msg.body = body
+            msg.timestamp = timestamp
+            msg.attempts = 0
+            msg.deferred = 0.0
+            msg.client = None
+            msg.delivery_ts = 0.0
+            msg.pri = 0.0
+            msg.group = None
+            msg.hold = None
+            msg.shared = False
+            append(msg)
+        return out
+
+    def slice(self, start: int, stop: int | None = None) -> MessageRun:
+        return MessageRun(self.ids[start:stop], self.bodies[start:stop], self.timestamp)
+
+    def body_bytes(self) -> int:
+        return sum(map(len, self.bodies))
 
 
 def message_from_bytes(data: bytes) -> Message:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -18,8 +17,8 @@ from .backend import Backend
 from .beyond.topic_held import HeldCopies
 from .channel import Channel
 from .guid import GUIDFactory
-from .memory_queue import RUN_LIMIT
-from .message import Message, message_from_bytes
+from .memory_queue import RUN_LIMIT, ChannelMemory, Run, RunQueue, cut
+from .message import Message, MessageRun, message_from_bytes
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -95,7 +94,7 @@ class Topic:
         self.writes = nsqd.writes  # the disk-write side (backend_writes.py)
         self.ephemeral = is_ephemeral(name)
         self.mem_capacity = nsqd.options.mem_queue_size
-        self.memory_queue: deque[Message] = deque()
+        self.memory_queue: ChannelMemory = RunQueue()
         self.backend = backend
         self.channels: dict[str, Channel] = {}
         self._channel_list: list[Channel] = []
@@ -175,6 +174,12 @@ class Topic:
         ids = self.guid.new_ids(len(bodies))
         return [Message(msg_id, body, timestamp) for msg_id, body in zip(ids, bodies, strict=True)]
 
+    def new_run(self, bodies: list[bytes], timestamp: int | None = None) -> MessageRun:
+        """An MPUB's messages as one run, not yet built (see :meth:`put_run`)."""
+        if timestamp is None:
+            timestamp = self.nsqd.wall_ns()
+        return MessageRun(self.guid.new_ids(len(bodies)), bodies, timestamp)
+
     def put_message(self, msg: Message) -> None:
         if self.exiting:
             raise TopicError("exiting")
@@ -212,11 +217,35 @@ class Topic:
         """One MPUB's messages put with one batch of disk writes; the fsyncs its OK waits
         for (those under way before it, as for a single put). Raises as :meth:`put_messages`
         and ``batched_writes()`` do."""
-        msgs = self.new_messages(bodies, timestamp)
         syncs = self.writes.running_syncs(self)
         with self.writes.batched_writes():
-            self.put_messages(msgs)
+            if self._queues_runs():
+                self.put_run(self.new_run(bodies, timestamp))
+            else:
+                self.put_messages(self.new_messages(bodies, timestamp))
         return syncs
+
+    def _queues_runs(self) -> bool:
+        """Whether an MPUB's messages may wait unbuilt (:meth:`put_run`): in a memory
+        queue, with no replication or queue cap that needs them as messages on the way."""
+        return (
+            self.mem_capacity > 0
+            and self.nsqd.replication is None
+            and not self.nsqd.queue_limits.active
+        )
+
+    def put_run(self, run: MessageRun) -> None:
+        """:meth:`put_messages` for a run: the topic queues it, and the pump hands the same
+        run to every channel, which builds its own messages as it takes them. Callers hold
+        ``nsqd.writes.batched_writes()``, as for :meth:`put_messages`."""
+        if self.exiting:
+            raise TopicError("exiting")
+        if not run:
+            return
+        self._enqueue(run)
+        self._published = True
+        self.message_count += len(run)
+        self.message_bytes += run.body_bytes()
 
     async def put_sliced(
         self,
@@ -309,13 +338,14 @@ class Topic:
         else:
             self._enqueue([msg])
 
-    def _enqueue(self, msgs: list[Message]) -> None:
+    def _enqueue(self, msgs: list[Message] | MessageRun) -> None:
         """Into the topic's memory queue while it has room and nothing waits on disk (so the
         pump, reading memory first, keeps publish order), else its disk queue; then wake the
         pump. An ephemeral topic has no disk: its overflow is dropped, as Go's."""
         memory_queue = self.memory_queue
         room = self.mem_capacity - len(memory_queue)
-        deferred = msgs[0].deferred  # only a DPUB (one message) waits in the topic deferred
+        # only a DPUB (one message) waits in the topic deferred
+        deferred = type(msgs) is list and msgs[0].deferred > 0
         if room > 0 and not deferred and not self.ephemeral and self.backend.depth() > 0:
             room = 0  # (a deferred message has no place in the order: memory keeps its delay)
         if room >= len(msgs):
@@ -323,16 +353,26 @@ class Topic:
             if deferred:
                 self._deferred_waiting += 1
         else:
+            room = max(room, 0)
             if room > 0:
-                memory_queue.extend(msgs[:room])
+                memory_queue.extend(cut(msgs, 0, room))
             if not self.ephemeral:
-                context = f"TOPIC({self.name})"
-                write = self.writes.write_to_backend
-                for msg in msgs[max(room, 0) :]:
-                    write(self.backend, msg, context, memory_queue)
+                rest = cut(msgs, room, None)
+                self.writes.write_many_to_backend(
+                    self.backend, rest, f"TOPIC({self.name})", memory_queue
+                )
         # (a publish's disk writes may still be pending in nsqd.writes.batched_writes(), so
         # the topic can look empty now: the pump runs anyway and finds them)
         self._schedule_pump(pending_writes=True)
+
+    def _fan_out_run(self, run: Run) -> None:
+        """:meth:`_fan_out` for a run of the topic's queue: a MessageRun goes to every
+        channel as it is (each builds its own messages from it)."""
+        if isinstance(run, MessageRun):
+            for channel in self._channel_list:
+                channel.put_messages(run)
+        else:
+            self._fan_out(list(run))
 
     def _fan_out(self, msgs: list[Message]) -> None:
         """Every channel gets the batch: one channel the messages themselves, several the
@@ -401,15 +441,16 @@ class Topic:
         # lenient: messages a full disk refuses stay in the channel's memory, never lost (and
         # a held topic keeps their records until the channels have settled them)
         with self.writes.batched_writes(lenient=True, refused=refused):
-            msgs = self._take(limit)
-            if msgs:
-                self._fan_out(msgs)
+            runs = self._take(limit)
+            for run in runs:
+                self._fan_out_run(run)
         if held is not None:
             held.settle(refused or [], self._channel_list)
         elapsed = time.perf_counter() - started
-        if msgs:
-            self._copy_cost = (self._copy_cost + elapsed / (len(msgs) * channels)) / 2
-        if len(msgs) >= limit or self.memory_queue:
+        taken = sum([len(run) for run in runs])
+        if taken:
+            self._copy_cost = (self._copy_cost + elapsed / (taken * channels)) / 2
+        if taken >= limit or self.memory_queue:
             if self._published and self._sliced(channels):
                 self._published = False
                 self._pump_handle = self.nsqd.loop.call_later(elapsed * PUMP_YIELD, self._pump)
@@ -432,26 +473,29 @@ class Topic:
         """Whether the pump works in slices (see PUMP_DEFER_COST and :meth:`_pump_batch`)."""
         return self._copy_cost * channels > PUMP_DEFER_COST or self.held_copies is not None
 
-    def _take(self, limit: int) -> list[Message]:
-        """Up to ``limit`` messages: the memory queue first, then the disk queue."""
+    def _take(self, limit: int) -> list[Run]:
+        """Up to ``limit`` messages, in the runs they are kept in: the memory queue first,
+        then the disk queue."""
         memory_queue = self.memory_queue
         if len(memory_queue) >= limit:
-            popleft = memory_queue.popleft
-            return [popleft() for _ in range(limit)]
-        msgs = list(memory_queue)
-        memory_queue.clear()
+            return memory_queue.take_runs(limit)
+        limit -= len(memory_queue)
+        runs = memory_queue.take_runs(len(memory_queue))
+        msgs: list[Message] = []
         if self.held_copies is not None:
             self._take_held(self.held_copies, msgs, limit)
-            return msgs
-        backend = self.backend
-        while len(msgs) < limit:
-            data = backend.get()
-            if data is None:
-                break
-            msg = self._decoded(data)
-            if msg is not None:
-                msgs.append(msg)
-        return msgs
+        else:
+            backend = self.backend
+            while len(msgs) < limit:
+                data = backend.get()
+                if data is None:
+                    break
+                msg = self._decoded(data)
+                if msg is not None:
+                    msgs.append(msg)
+        if msgs:
+            runs.append(msgs)
+        return runs
 
     def _take_held(self, held: HeldCopies, msgs: list[Message], limit: int) -> None:
         """:meth:`_take` from a held queue: each record's hold goes to ``held``."""
@@ -486,9 +530,9 @@ class Topic:
         self._put(msg)
 
     @staticmethod
-    def uncapped_memory_queue(msgs: Iterable[Message]) -> deque[Message]:
+    def uncapped_memory_queue(msgs: Iterable[Message]) -> ChannelMemory:
         """The memory queue of a topic with no ``--max-queue-bytes`` cap."""
-        return deque(msgs)
+        return RunQueue(msgs)
 
     def depth(self) -> int:
         # restored deferred messages still have a disk copy that will be skipped

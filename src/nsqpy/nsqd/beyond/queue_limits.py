@@ -50,6 +50,7 @@ from ..topic import TopicError
 if TYPE_CHECKING:
     from ..backend import Backend
     from ..channel import Channel
+    from ..memory_queue import Run
     from ..message import Message
     from ..nsqd import NSQD
     from ..options import Options
@@ -166,6 +167,11 @@ class SizedQueue(deque["Message"]):
         """Up to ``count`` messages from the head (a channel's consumers take in batches)."""
         popleft = self.popleft
         return [popleft() for _ in range(min(count, len(self)))]
+
+    def take_runs(self, count: int) -> list[Run]:
+        """:meth:`take` as one run (a capped queue keeps messages, never runs)."""
+        taken = self.take(count)
+        return [taken] if taken else []
 
 
 class QueueCounts:

@@ -171,6 +171,19 @@ def test_write_size_bounds_use_go_error_text(tmp_path: Path, log: LogRecorder) -
     assert read_meta(tmp_path, "q") == (0, 0, 38, 0, 38)
 
 
+def test_framed_records_too_big_are_left_to_put_many(tmp_path: Path, log: LogRecorder) -> None:
+    """A framed batch is written whole only if its largest record is one put_many takes:
+    otherwise nothing is written, and put_many refuses it with the size error (a record
+    over the maximum would be read back as corruption)."""
+    queue = open_queue(tmp_path, log, min_size=1, max_size=20)
+    framed = b"".join(struct.pack(">I", len(r)) + r for r in (b"a" * 20, b"b" * 21))
+    assert queue.put_framed(framed, 2, 21) is False
+    assert queue.depth() == 0
+    assert queue.put_framed(framed[: 4 + 20], 1, 20) is True
+    assert drain(queue) == [b"a" * 20]
+    queue.close()
+
+
 def test_roll_like_go(tmp_path: Path, log: LogRecorder) -> None:
     """Go's TestDiskQueueRoll: the 11th record of 14 bytes starts file 1."""
     msg = bytes([1, 2, 3, 4, 5, 6, 7, 8, 9, 0])

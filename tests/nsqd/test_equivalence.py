@@ -497,7 +497,10 @@ def test_a_fan_out_batch_is_framed_as_each_message_encoded_and_size_prefixed(
     plain = b"".join(struct.pack(">I", len(m.encode())) + m.encode() for m in msgs)
     assert framed_records(msgs) == plain
     run = MessageRun([m.id for m in msgs], [m.body for m in msgs], fields[0][2])
-    assert framed_run(run) == framed_records(run.messages())
+    assert framed_run(run) == (
+        framed_records(run.messages()),
+        max(len(m.encode()) for m in msgs),
+    )
 
 
 # --------------------------------------------------------------------------- MPUB as a run

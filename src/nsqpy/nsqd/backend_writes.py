@@ -58,6 +58,10 @@ _WRITE_FAILURE_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILE
 _REFUSED_WRITES = "refused-writes"
 
 
+#: framed records (``DiskQueue.put_framed``) and the size of the largest
+Framed = tuple[bytes, int]
+
+
 class _SharedEncodings:
     """One flush of ``batched_writes``: a message shared by several channels is encoded once,
     and a run of shared messages (or of MessageRuns) overflowing to many channels' disk queues
@@ -69,16 +73,18 @@ class _SharedEncodings:
 
     def __init__(self) -> None:
         self.records: dict[int, bytes] = {}
-        self.frames: dict[tuple[int, int], tuple[list[Pending], bytes]] = {}
-        self.runs: dict[int, bytes] = {}
+        self.frames: dict[tuple[int, int], tuple[list[Pending], Framed]] = {}
+        self.runs: dict[int, Framed] = {}
 
-    def framed(self, items: list[Pending]) -> bytes | None:
-        """The framed records of ``items`` if they are all MessageRuns or all shared
-        messages, else None."""
+    def framed(self, items: list[Pending]) -> Framed | None:
+        """The framed records of ``items`` if they are all MessageRuns or all messages
+        (kept for the other queues if shared), else None."""
         if isinstance(items[0], MessageRun):
             return self._framed_runs(items)
         msgs = cast("list[Message]", items)  # checked below, before they are framed
-        if not (msgs[0].shared and getattr(msgs[-1], "shared", False)):
+        if not msgs[0].shared:  # one queue's own messages: framed for it alone
+            return None if MessageRun in map(type, msgs) else _framed_messages(msgs)
+        if not getattr(msgs[-1], "shared", False):
             return None
         key = (id(msgs[0]), len(msgs))
         cached = self.frames.get(key)
@@ -86,21 +92,27 @@ class _SharedEncodings:
             return cached[1]
         if not all([isinstance(msg, Message) and msg.shared for msg in msgs]):
             return None
-        framed = framed_records(msgs)
+        framed = _framed_messages(msgs)
         self.frames[key] = (items, framed)
         return framed
 
-    def _framed_runs(self, items: list[Pending]) -> bytes | None:
+    def _framed_runs(self, items: list[Pending]) -> Framed | None:
         runs = self.runs
         pieces: list[bytes] = []
+        largest = 0
         for run in items:
             if not isinstance(run, MessageRun):
                 return None
             framed = runs.get(id(run))
             if framed is None:
                 framed = runs[id(run)] = framed_run(run)
-            pieces.append(framed)
-        return b"".join(pieces)
+            pieces.append(framed[0])
+            largest = max(largest, framed[1])
+        return b"".join(pieces), largest
+
+
+def _framed_messages(msgs: list[Message]) -> Framed:
+    return framed_records(msgs), _RECORD_OVERHEAD + max([len(msg.body) for msg in msgs])
 
 
 def framed_records(msgs: Sequence[Message]) -> bytes:
@@ -115,15 +127,16 @@ def framed_records(msgs: Sequence[Message]) -> bytes:
     return b"".join(pieces)
 
 
-def framed_run(run: MessageRun) -> bytes:
-    """:func:`framed_records` of a run's messages, without building them."""
+def framed_run(run: MessageRun) -> Framed:
+    """:func:`framed_records` of a run's messages, without building them, and the size of
+    the largest record."""
     pack = _FRAMED_HEADER.pack
     timestamp = run.timestamp
     pieces: list[bytes] = []
     extend = pieces.extend
     for msg_id, body in zip(run.ids, run.bodies, strict=True):
         extend((pack(_RECORD_OVERHEAD + len(body), timestamp, 0), msg_id, body))
-    return b"".join(pieces)
+    return b"".join(pieces), _RECORD_OVERHEAD + max(map(len, run.bodies), default=0)
 
 
 def _encode_all(items: list[Pending], encoded: dict[int, bytes]) -> list[bytes]:
@@ -315,7 +328,8 @@ class BackendWrites:
             written = False
             if backend.disk_queue() is not None:  # a memory-only backend drops them anyway
                 framed = encoded.framed(msgs)
-                written = framed is not None and backend.put_framed(framed, _record_count(msgs))
+                if framed is not None:
+                    written = backend.put_framed(framed[0], _record_count(msgs), framed[1])
             if not written:
                 backend.put_many(_encode_all(msgs, encoded.records))
         except (DiskQueueError, OSError) as exc:

@@ -96,14 +96,16 @@ class Writer:
         if segment_records:
             self._write_segment(pieces, segment_bytes, segment_records, stored)
 
-    def put_framed(self, framed: bytes, count: int) -> bool:
-        """Append ``count`` records already framed (``BE32 size, payload`` each, sizes valid)
-        as one write, if they fit in the current file; False (nothing written) if not, for
-        :meth:`put_many` to split them. nsqd's fan-out writes one batch to many queues."""
+    def put_framed(self, framed: bytes, count: int, largest: int) -> bool:
+        """Append ``count`` records already framed (``BE32 size, payload`` each, the largest
+        payload ``largest`` bytes) as one write, if they fit in the current file and every
+        size is one :meth:`put_many` takes; False (nothing written) if not, for
+        :meth:`put_many` to split them or refuse the bad one. nsqd's fan-out writes one batch
+        to many queues."""
         st = self._state
         if st.closed:
             raise DiskQueueError("exiting")
-        if st.write_pos + len(framed) > st.max_bytes_per_file:
+        if st.write_pos + len(framed) > st.max_bytes_per_file or largest > st.max_msg_size:
             return False
         self._write_segment([framed], len(framed), count, 0)
         return True

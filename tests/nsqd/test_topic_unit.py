@@ -8,7 +8,7 @@ import pytest
 
 from nsqpy.nsqd.message import Message
 from nsqpy.nsqd.nsqd import NSQD
-from nsqpy.nsqd.topic import Topic
+from nsqpy.nsqd.topic import PUMP_DEFER_COST, PUMP_DEFER_COST_WITH_ROOM, Topic
 
 from .in_process_support import FakeClock, FakeConsumer, loop_turns
 
@@ -142,3 +142,20 @@ async def test_pump_now_runs_the_scheduled_pump_at_once(topic: Topic) -> None:
     assert topic.pump_now() is False  # the scheduled turn was used, not repeated
     await loop_turns()
     assert channel.depth() == 1
+
+
+@pytest.mark.parametrize("per_copy", [0.05e-6, 0.2e-6, 0.5e-6])
+async def test_the_pump_yields_to_publishers_sooner_while_the_backlog_fits_in_memory(
+    topic: Topic, per_copy: float
+) -> None:
+    """The pump works in slices (publishers first, the backlog grows) once a message's copies
+    cost more than PUMP_DEFER_COST, or more than PUMP_DEFER_COST_WITH_ROOM while the topic's
+    memory queue has room, where waiting costs no disk write."""
+    channels = 10
+    topic._copy_cost = per_copy
+    per_message = per_copy * channels
+    with_room = per_message > PUMP_DEFER_COST_WITH_ROOM
+    assert topic._sliced(channels) is with_room
+    room = topic.mem_capacity
+    topic.memory_queue.extend([topic.new_message(b"x") for _ in range(room)])
+    assert topic._sliced(channels) is (per_message > PUMP_DEFER_COST)  # full: keep up

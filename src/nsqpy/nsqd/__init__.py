@@ -10,9 +10,11 @@ Mirroring Go:
   ``__main__.py`` -- apps/nsqd/main.go
 - ``topic.py`` -- topic.go; ``channel.py`` -- channel.go (with in_flight_pqueue.go and
   internal/pqueue); ``consumer.py`` -- the ``Consumer`` interface atop channel.go
-- ``message.py`` -- message.go; ``guid.py`` -- guid.go
-- ``memory_queue.py`` -- the ``memoryMsgChan`` of topic.go and channel.go: a channel's
-  memory queue keeps each batch the topic fans out as one run shared by all channels
+- ``message.py`` -- message.go (and ``MessageRun``: an MPUB's messages not yet built);
+  ``guid.py`` -- guid.go
+- ``memory_queue.py`` -- the ``memoryMsgChan`` of topic.go and channel.go: a topic's and a
+  channel's memory queue keep each batch as one run, shared by all channels; a channel builds
+  its own messages from an MPUB's run only as it takes them
 - ``collector.py`` -- what Go's runtime paces for it: CPython's full collections, held back
   after each by its cost so that a large backlog is not walked again and again
 - ``client_v2.py`` -- client_v2.go's state (identity, negotiated settings, RDY and in-flight
@@ -53,6 +55,8 @@ PUB -> deliver -> FIN:
 2. ``protocol_v2.py``: ``ProtocolV2.PUB`` checks the command, makes the message
    (``Topic.new_message``: ``message.py``, ``guid.py``) and puts it in the topic; the OK
    goes once the topic holds it (after any fsync under way, ``BackendWrites.running_syncs``).
+   An MPUB's messages go in as one ``MessageRun`` (``Topic.put_batch``) when they may wait
+   unbuilt.
 3. ``topic.py``: ``Topic.put_message`` hands the message straight to each channel
    (``_fan_out``) when nothing waits before it, else queues it in memory or on disk
    (``backend_writes.py``, ``diskqueue/``) for the topic's pump (``_pump``) to copy later.

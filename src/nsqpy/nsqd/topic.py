@@ -233,12 +233,8 @@ class Topic:
 
     def _queues_runs(self) -> bool:
         """Whether an MPUB's messages may wait unbuilt (:meth:`put_run`): in a memory
-        queue, with no replication or queue cap that needs them as messages on the way."""
-        return (
-            self.mem_capacity > 0
-            and self.nsqd.replication is None
-            and not self.nsqd.queue_limits.active
-        )
+        queue, with no queue cap that needs them as messages on the way."""
+        return self.mem_capacity > 0 and not self.nsqd.queue_limits.active
 
     def put_run(self, run: MessageRun) -> None:
         """:meth:`put_messages` for a run: the topic queues it, and the pump hands the same
@@ -248,6 +244,8 @@ class Topic:
             raise TopicError("exiting")
         if not run:
             return
+        if self.nsqd.replication is not None:  # docs/replication.md: before any copy is made
+            self.nsqd.replication.put(self, run)
         self._enqueue(run)
         self._published = True
         self.message_count += len(run)
@@ -375,7 +373,10 @@ class Topic:
         """:meth:`_fan_out` for a run of the topic's queue: a MessageRun goes to every
         channel as it is (each builds its own messages from it)."""
         if isinstance(run, MessageRun):
-            for channel in self._channel_list:
+            channels = self._channel_list
+            if self.nsqd.replication is not None:
+                self.nsqd.replication.fanout(self, channels, run)
+            for channel in channels:
                 channel.put_messages(run)
         else:
             self._fan_out(list(run))

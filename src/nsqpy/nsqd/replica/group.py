@@ -44,9 +44,9 @@ from ...protocol.replica import (
     ReplicaProtocolError,
     TopicOp,
 )
-from ..backend_writes import ack_after, framed_records
+from ..backend_writes import ack_after, framed_records, framed_run
 from ..errors import BackendWriteError
-from ..message import Message
+from ..message import Message, MessageRun
 from ..options import ReplicaOptionError, parse_replica_peer
 from .snapshot import live_events
 from .store import ReplicaStore, ReplicaStoreError, SequenceGap, Takeover, list_stores
@@ -272,11 +272,16 @@ class Replication:
 
     # ------------------------------------------------------------------ events from the core
 
-    def put(self, topic: Topic, msgs: Sequence[Message]) -> None:
+    def put(self, topic: Topic, msgs: Sequence[Message] | MessageRun) -> None:
         """A topic accepted ``msgs`` (before it copies them anywhere)."""
         if topic.ephemeral:
             return
         name = topic.name
+        if isinstance(msgs, MessageRun):  # an MPUB's, never deferred
+            self._emit(Puts(name, framed_run(msgs)[0]))
+            unassigned = self._unassigned.setdefault(name, deque())
+            unassigned.append((self.stream.last, tuple(msgs.ids)))
+            return
         if not any(msg.deferred for msg in msgs):
             self._emit(Puts(name, framed_records(msgs)))
             unassigned = self._unassigned.setdefault(name, deque())
@@ -286,12 +291,14 @@ class Replication:
             defer_ms = math.ceil(msg.deferred * 1000) if msg.deferred else 0
             self._emit(Put(name, msg.id, msg.timestamp, msg.attempts, msg.body, None, defer_ms))
 
-    def fanout(self, topic: Topic, channels: Sequence[Channel], msgs: Sequence[Message]) -> None:
+    def fanout(
+        self, topic: Topic, channels: Sequence[Channel], msgs: Sequence[Message] | MessageRun
+    ) -> None:
         """The topic copied ``msgs`` to ``channels``."""
         if topic.ephemeral or not msgs:
             return
         names = tuple(channel.name for channel in channels if not channel.ephemeral)
-        ids = tuple(msg.id for msg in msgs)
+        ids = tuple(msgs.ids) if isinstance(msgs, MessageRun) else tuple(msg.id for msg in msgs)
         assigned = self._assign_unsent(topic.name, names, ids)
         if assigned < len(ids):
             self._emit(Fanout(topic.name, names, ids[assigned:]))

@@ -102,15 +102,22 @@ class RunQueue:
 
     def extend(self, msgs: Iterable[Message]) -> None:
         """Queue ``msgs`` after the others: a tuple or a MessageRun as it is (never copied,
-        never changed), anything else as lists of its own of at most RUN_LIMIT messages."""
+        never changed), anything else in lists of its own of at most RUN_LIMIT messages,
+        the last one first."""
         if type(msgs) is tuple or isinstance(msgs, MessageRun):
             if msgs:
                 self._runs.append(msgs)
                 self._len += len(msgs)
             return
         items = list(msgs)
-        for start in range(0, len(items), RUN_LIMIT):
-            self._runs.append(items[start : start + RUN_LIMIT])
+        runs = self._runs
+        start = 0
+        if runs and type(runs[-1]) is list:  # top up the last list first (one PUB at a time)
+            tail = runs[-1]
+            start = max(0, RUN_LIMIT - len(tail))
+            tail += items[:start]
+        for begin in range(start, len(items), RUN_LIMIT):
+            runs.append(items[begin : begin + RUN_LIMIT])
         self._len += len(items)
 
     def popleft(self) -> Message:

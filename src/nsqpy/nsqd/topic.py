@@ -369,17 +369,25 @@ class Topic:
         # the topic can look empty now: the pump runs anyway and finds them)
         self._schedule_pump(pending_writes=True)
 
-    def _fan_out_run(self, run: Run) -> None:
-        """:meth:`_fan_out` for a run of the topic's queue: a MessageRun goes to every
-        channel as it is (each builds its own messages from it)."""
-        if isinstance(run, MessageRun):
+    def _fan_out_runs(self, runs: list[Run]) -> None:
+        """:meth:`_fan_out` for runs of the topic's queue, in order: a MessageRun goes to
+        every channel as it is (each builds its own messages from it), and the messages
+        between them go as one batch."""
+        msgs: list[Message] = []
+        for run in runs:
+            if not isinstance(run, MessageRun):
+                msgs += run
+                continue
+            if msgs:
+                self._fan_out(msgs)
+                msgs = []
             channels = self._channel_list
             if self.nsqd.replication is not None:
                 self.nsqd.replication.fanout(self, channels, run)
             for channel in channels:
                 channel.put_messages(run)
-        else:
-            self._fan_out(list(run))
+        if msgs:
+            self._fan_out(msgs)
 
     def _fan_out(self, msgs: list[Message]) -> None:
         """Every channel gets the batch: one channel the messages themselves, several the
@@ -449,8 +457,7 @@ class Topic:
         # a held topic keeps their records until the channels have settled them)
         with self.writes.batched_writes(lenient=True, refused=refused):
             runs = self._take(limit)
-            for run in runs:
-                self._fan_out_run(run)
+            self._fan_out_runs(runs)
         if held is not None:
             held.settle(refused or [], self._channel_list)
         elapsed = time.perf_counter() - started

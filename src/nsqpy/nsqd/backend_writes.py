@@ -84,7 +84,8 @@ class _SharedEncodings:
         msgs = cast("list[Message]", items)  # checked below, before they are framed
         if not msgs[0].shared:  # one queue's own messages: framed for it alone
             return None if MessageRun in map(type, msgs) else _framed_messages(msgs)
-        if not getattr(msgs[-1], "shared", False):
+        last = msgs[-1]
+        if not (isinstance(last, Message) and last.shared):
             return None
         key = (id(msgs[0]), len(msgs))
         cached = self.frames.get(key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import repeat
 from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.frames import FRAME_TYPE_MESSAGE
@@ -113,24 +114,8 @@ class MessageRun:
 
     def messages(self, start: int = 0, stop: int | None = None) -> list[Message]:
         """New messages (attempts 0, owned by whoever takes them) for ``[start:stop]``."""
-        timestamp = self.timestamp
-        out: list[Message] = []
-        append = out.append
-        for msg_id, body in zip(self.ids[start:stop], self.bodies[start:stop], strict=True):
-            msg = _new_message(Message)  # _build inlined: this is the delivery path
-            msg.id = msg_id
-            msg.body = body
-            msg.timestamp = timestamp
-            msg.attempts = 0
-            msg.deferred = 0.0
-            msg.client = None
-            msg.delivery_ts = 0.0
-            msg.pri = 0.0
-            msg.group = None
-            msg.hold = None
-            msg.shared = False
-            append(msg)
-        return out
+        ids, bodies = self.ids[start:stop], self.bodies[start:stop]
+        return list(map(_build, ids, bodies, repeat(self.timestamp), repeat(0)))
 
     def slice(self, start: int, stop: int | None = None) -> MessageRun:
         return MessageRun(self.ids[start:stop], self.bodies[start:stop], self.timestamp)

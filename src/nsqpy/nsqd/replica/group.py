@@ -278,18 +278,19 @@ class Replication:
             return
         name = topic.name
         if isinstance(msgs, MessageRun):  # an MPUB's, never deferred
-            self._emit(Puts(name, framed_run(msgs)[0]))
-            unassigned = self._unassigned.setdefault(name, deque())
-            unassigned.append((self.stream.last, tuple(msgs.ids)))
+            self._put_records(name, framed_run(msgs)[0], tuple(msgs.ids))
             return
         if not any(msg.deferred for msg in msgs):
-            self._emit(Puts(name, framed_records(msgs)))
-            unassigned = self._unassigned.setdefault(name, deque())
-            unassigned.append((self.stream.last, tuple(msg.id for msg in msgs)))
+            self._put_records(name, framed_records(msgs), tuple(msg.id for msg in msgs))
             return
         for msg in msgs:
             defer_ms = math.ceil(msg.deferred * 1000) if msg.deferred else 0
             self._emit(Put(name, msg.id, msg.timestamp, msg.attempts, msg.body, None, defer_ms))
+
+    def _put_records(self, topic: str, records: bytes, ids: tuple[bytes, ...]) -> None:
+        """One Puts event; its messages wait to be named by the pump's fan-out."""
+        self._emit(Puts(topic, records))
+        self._unassigned.setdefault(topic, deque()).append((self.stream.last, ids))
 
     def fanout(
         self, topic: Topic, channels: Sequence[Channel], msgs: Sequence[Message] | MessageRun

@@ -8,7 +8,13 @@ import pytest
 
 from nsqpy.nsqd.message import Message
 from nsqpy.nsqd.nsqd import NSQD
-from nsqpy.nsqd.topic import PUMP_DEFER_COST, PUMP_DEFER_COST_WITH_ROOM, Topic
+from nsqpy.nsqd.topic import (
+    PUMP_BUDGET,
+    PUMP_DEFER_COST,
+    PUMP_DEFER_COST_WITH_ROOM,
+    PUMP_MIN_BATCH,
+    Topic,
+)
 
 from .in_process_support import FakeClock, FakeConsumer, loop_turns
 
@@ -159,3 +165,17 @@ async def test_the_pump_yields_to_publishers_sooner_while_the_backlog_fits_in_me
     room = topic.mem_capacity
     topic.memory_queue.extend([topic.new_message(b"x") for _ in range(room)])
     assert topic._sliced(channels) is (per_message > PUMP_DEFER_COST)  # full: keep up
+
+
+@pytest.mark.parametrize(("channels", "per_copy"), [(100, 0.1e-6), (100, 2e-6), (10, 20e-6)])
+async def test_a_sliced_pump_still_moves_a_whole_batch_each_turn(
+    topic: Topic, channels: int, per_copy: float
+) -> None:
+    """However dear the copies, a pump turn takes PUMP_MIN_BATCH messages at least (each
+    full channel's disk write carries that many records), and never more than PUMP_BUDGET
+    copies allow."""
+    topic._copy_cost = per_copy
+    assert topic._sliced(channels)
+    batch = topic._pump_batch(channels)
+    assert batch >= PUMP_MIN_BATCH
+    assert batch <= max(PUMP_MIN_BATCH, PUMP_BUDGET // channels)

@@ -144,3 +144,73 @@ def test_get_many_ending_on_a_file_end_moves_to_the_next_file(tmp_path: Path) ->
     assert many.positions() == one.positions() == (8, 1, 0, 2, 96)
     many.close()
     one.close()
+
+
+def get_each_held(queue: DiskQueue, limit: int) -> tuple[list[bytes], list[int]]:
+    records: list[bytes] = []
+    holds: list[int] = []
+    while len(records) < limit and (got := queue.get_held()) is not None:
+        records.append(got[0])
+        holds.append(got[1])
+    return records, holds
+
+
+held_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.lists(st.integers(0, 60), max_size=15)),
+        st.tuples(st.just("get"), st.integers(1, 20)),
+        st.tuples(st.just("release"), st.integers(0, 1000)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=held_steps, max_bytes=st.integers(20, 400))
+def test_get_many_held_is_get_held_repeated(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, object]], max_bytes: int
+) -> None:
+    """The durable mode's read-back: the same records and holds as get_held repeated, the same
+    positions and held count as records are released (the committed position moving), the
+    same metadata and side file after a sync, and the same records again after a restart."""
+    root = tmp_path_factory.mktemp("q")
+    queues = {}
+    for name in ("many", "one"):
+        (root / name).mkdir()
+        queues[name] = open_queue(root / name, LogRecorder(), max_bytes=max_bytes, sync_every=1)
+        queues[name].hold_reads()
+    many, one = queues["many"], queues["one"]
+    unreleased: list[int] = []
+    counter = 0
+    for kind, arg in ops:
+        if kind == "put":
+            assert isinstance(arg, list)
+            batch = []
+            for size in arg:
+                counter += 1
+                batch.append((counter.to_bytes(4, "big") * (size // 4 + 1))[:size])
+            many.put_many(batch)
+            one.put_many(batch)
+        elif kind == "get":
+            assert isinstance(arg, int)
+            got = many.get_many_held(arg)
+            assert got == get_each_held(one, arg)
+            unreleased.extend(got[1])
+        elif kind == "release" and unreleased:
+            assert isinstance(arg, int)
+            hold = unreleased.pop(arg % len(unreleased))
+            many.release(hold)
+            one.release(hold)
+        assert many.positions() == one.positions()
+        assert many.held() == one.held()
+    many.close()
+    one.close()
+    assert read_meta(root / "many", "q") == read_meta(root / "one", "q")
+    files = {p.name: p.read_bytes() for p in (root / "one").iterdir()}
+    assert {p.name: p.read_bytes() for p in (root / "many").iterdir()} == files
+    for name in ("many", "one"):
+        queues[name] = open_queue(root / name, LogRecorder(), max_bytes=max_bytes, sync_every=1)
+        queues[name].hold_reads()
+    assert queues["many"].get_many_held(1 << 20) == get_each_held(queues["one"], 1 << 20)
+    queues["many"].close()
+    queues["one"].close()

@@ -23,12 +23,13 @@ import os
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import BackendWriteError
-from ..message import Message, message_from_bytes
+from ..message import Message, decode_records, message_from_bytes
 
 if TYPE_CHECKING:
     from ..backend_writes import BackendWrites
     from ..consumer import Consumer
     from ..diskqueue import DiskQueue
+    from ..diskqueue.holds import Hold
     from ..memory_queue import ChannelMemory
     from ..nsqd import NSQD
 
@@ -69,15 +70,29 @@ class HeldDelivery:
 
     def take(self, msgs: list[Message], count: int) -> list[Message]:
         """The channel's ``_take`` from the queue: each message keeps its record's hold."""
+        queue = self.queue
+        while len(msgs) < count:
+            records, holds = queue.get_many_held(count - len(msgs))
+            if not records:
+                break
+            decoded: list[Message] = []
+            if decode_records(records, decoded) or self.early or self.channel.skip_ids:
+                self._take_each(records, holds, msgs)  # a bad record, or ones to skip
+                continue
+            for msg, hold in zip(decoded, holds, strict=True):
+                msg.hold = hold
+            msgs += decoded
+        return msgs
+
+    def _take_each(self, records: list[bytes], holds: list[Hold], msgs: list[Message]) -> None:
+        """:meth:`take`'s records one at a time: a record that does not decode is let go, as
+        is a restored deferred message's disk copy; the record of a message still deferred
+        becomes its hold."""
         channel = self.channel
         queue = self.queue
         early = self.early
         skip_ids = channel.skip_ids
-        while len(msgs) < count:
-            got = queue.get_held()
-            if got is None:
-                break
-            data, hold = got
+        for data, hold in zip(records, holds, strict=True):
             msg = self._decode(data)
             if msg is None:
                 queue.release(hold)
@@ -93,7 +108,6 @@ class HeldDelivery:
                     continue
             msg.hold = hold
             msgs.append(msg)
-        return msgs
 
     def _decode(self, data: bytes) -> Message | None:
         try:

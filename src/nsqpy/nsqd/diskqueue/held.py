@@ -76,6 +76,23 @@ class HeldReads:
                     continue
             return record, hold
 
+    def get_many_held(self, limit: int) -> tuple[list[bytes], list[Hold]]:
+        """:meth:`get_held` for up to ``limit`` records: the records and their holds, in
+        order, those the read buffer holds taken in one loop (``Reader.get_many``)."""
+        st = self._state
+        assert st.holds is not None, "get_many_held() needs hold_reads()"
+        records: list[bytes] = []
+        holds: list[Hold] = []
+        if st.skip_plan is not None:  # the side file decides, record by record
+            while len(records) < limit and (got := self.get_held()) is not None:
+                records.append(got[0])
+                holds.append(got[1])
+            return records, holds
+        records = self._reader.get_many(limit, holds)
+        if records:
+            st.last_record = records[-1]
+        return records, holds
+
     def _load_held_file(self) -> SkipPlan | None:
         st = self._state
         try:

@@ -81,6 +81,13 @@ class ReadHolds:
         self._unfinished.add(hold)
         return hold
 
+    def add_run(self, starts: list[Position]) -> Hold:
+        """:meth:`add` for records read in one go: theirs are the returned hold onward."""
+        first = self._base + len(self._starts)
+        self._starts.extend(starts)
+        self._unfinished.update(range(first, first + len(starts)))
+        return first
+
     def release(self, hold: Hold) -> int:
         """0 if ``hold`` is not held (released already, or cleared), else RELEASED, or
         HEAD_MOVED when it was the oldest, which moves the committed position."""

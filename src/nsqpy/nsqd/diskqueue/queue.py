@@ -37,6 +37,7 @@ class DiskQueue:
         "_writer",
         "get_held",
         "get_many",
+        "get_many_held",
         "held",
         "hold_reads",
         "peek",
@@ -100,6 +101,7 @@ class DiskQueue:
         self.run_syncer = syncer.run_syncer
         self.hold_reads = held.hold_reads
         self.get_held = held.get_held
+        self.get_many_held = held.get_many_held
         self.put_held = held.put_held
         self.release = held.release
         self.release_many = held.release_many

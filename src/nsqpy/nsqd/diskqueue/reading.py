@@ -16,6 +16,7 @@ from .files import (
     close_quietly,
     describe,
 )
+from .holds import Hold, Position
 from .state import QueueState
 from .syncing import Syncer
 
@@ -68,25 +69,29 @@ class Reader:
         if self._state.read_file_num == self._state.write_file_num:
             self._read_end = write_pos
 
-    def get_many(self, limit: int) -> list[bytes]:
+    def get_many(self, limit: int, holds: list[Hold] | None = None) -> list[bytes]:
         """Up to ``limit`` records, oldest first: :meth:`get_record` repeated, with the same
         positions, depth, sync counting and error handling, but the records already in the
-        read buffer are taken in one loop. Not for held reads (see held.py)."""
+        read buffer are taken in one loop. With held reads (held.py) each record's hold is
+        appended to ``holds``."""
         st = self._state
-        assert st.holds is None, "get_many() reads without holds"
+        assert (st.holds is None) == (holds is None), "held reads come with their holds"
         records: list[bytes] = []
         while len(records) < limit:
-            if self._read_buffered(records, limit - len(records)):
+            if self._read_buffered(records, limit - len(records), holds):
                 continue
             record = self.get_record()  # opens, refills, crosses files, handles a bad record
             if record is None:
                 break
             records.append(record)
+            if holds is not None:
+                holds.append(st.last_held)
         return records
 
-    def _read_buffered(self, out: list[bytes], limit: int) -> int:
+    def _read_buffered(self, out: list[bytes], limit: int, holds: list[Hold] | None) -> int:
         """Append up to ``limit`` whole records that the read buffer holds from the read
-        position on, and account for them at once; 0 when the next record needs
+        position on, and account for them at once (held, with their holds appended to
+        ``holds``, as :meth:`_consume` holds one); 0 when the next record needs
         :meth:`_read_one` (no buffer, a refill, a bad size, or the last record of a finished
         file, which moves the reader to the next file)."""
         st = self._state
@@ -107,18 +112,26 @@ class Reader:
         low, high = st.min_msg_size, st.max_msg_size
         unpack = LENGTH.unpack_from
         append = out.append
+        starts: list[Position] = []  # with held reads: where each record starts
         while count < limit and offset + 4 <= stop:
             (size,) = unpack(buf, offset)
             following = offset + 4 + size
             if size < low or size > high or following > stop:
                 break
             append(buf[offset + 4 : following])
+            if holds is not None:
+                starts.append((st.read_file_num, buf_start + offset))
             offset = following
             count += 1
         if count:
-            if not st.count:
-                st.dirty_since = st.clock()
-            st.count += count
+            if holds is None or st.holds is None:
+                if not st.count:
+                    st.dirty_since = st.clock()
+                st.count += count
+            else:  # nothing the metadata records moves until the holds are released
+                first_hold = st.holds.add_run(starts)
+                holds.extend(range(first_hold, first_hold + count))
+                st.last_held, st.last_start = first_hold + count - 1, starts[-1]
             st.read_pos += offset - first
             st.depth -= count
             self.recovery.check_tail_corruption(st.depth)

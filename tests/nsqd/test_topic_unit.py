@@ -13,6 +13,8 @@ from nsqpy.nsqd.topic import (
     PUMP_DEFER_COST,
     PUMP_DEFER_COST_WITH_ROOM,
     PUMP_MIN_BATCH,
+    PUMP_MIN_SLICED,
+    PUMP_WRITES_PER_MESSAGE,
     Topic,
 )
 
@@ -167,15 +169,18 @@ async def test_the_pump_yields_to_publishers_sooner_while_the_backlog_fits_in_me
     assert topic._sliced(channels) is (per_message > PUMP_DEFER_COST)  # full: keep up
 
 
-@pytest.mark.parametrize(("channels", "per_copy"), [(100, 0.1e-6), (100, 2e-6), (10, 20e-6)])
-async def test_a_sliced_pump_still_moves_a_whole_batch_each_turn(
+@pytest.mark.parametrize(
+    ("channels", "per_copy"), [(100, 0.1e-6), (100, 2e-6), (10, 20e-6), (400, 1e-6)]
+)
+async def test_a_sliced_pump_writes_each_full_channel_few_times_a_message(
     topic: Topic, channels: int, per_copy: float
 ) -> None:
-    """However dear the copies, a pump turn takes PUMP_MIN_BATCH messages at least (each
-    full channel's disk write carries that many records), and never more than PUMP_BUDGET
-    copies allow."""
+    """However dear the copies, a slice moves PUMP_MIN_SLICED messages and one per
+    PUMP_WRITES_PER_MESSAGE channels at least (a full channel writes a turn's messages in one
+    write), and never more than PUMP_BUDGET copies allow."""
     topic._copy_cost = per_copy
     assert topic._sliced(channels)
     batch = topic._pump_batch(channels)
-    assert batch >= PUMP_MIN_BATCH
-    assert batch <= max(PUMP_MIN_BATCH, PUMP_BUDGET // channels)
+    assert batch >= PUMP_MIN_SLICED
+    assert channels / batch <= PUMP_WRITES_PER_MESSAGE
+    assert batch <= max(PUMP_MIN_BATCH, PUMP_BUDGET // channels, channels)

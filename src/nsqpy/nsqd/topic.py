@@ -26,15 +26,11 @@ if TYPE_CHECKING:
 #: The most channel copies the topic's pump makes per event-loop turn (messages x channels);
 #: between turns the loop reads and answers publishers, so fan-out cannot hold their OKs back.
 PUMP_BUDGET = 10000
-#: ... but at least this many messages per turn, however many channels, sliced or not: a
-#: channel whose memory is full writes at least this many records to its disk queue in one
-#: write(2). Smaller turns cost more per message (at 100 channels, turns of 10 took twice the
-#: pump time per message of turns of 50), so the channels' readers would wait on a pump that
-#: moves less for the same share of the loop.
+#: ... but at least this many messages per turn, however many channels.
 PUMP_MIN_BATCH = 50
 #: Once a message's copies cost more than this (seconds, all its channels together: many
 #: channels whose memory is full, so every copy is a disk write), the pump works in slices
-#: of PUMP_SLICE per turn instead, at least PUMP_MIN_BATCH messages: publishers are answered
+#: of PUMP_SLICE per turn instead, at least PUMP_MIN_SLICED messages: publishers are answered
 #: between slices and the topic's backlog grows, as Go's pump (one goroutine, a write round
 #: trip per channel's disk queue) lags its publishers. Below it the pump keeps up while the
 #: topic's memory queue is full: a backlog overflows to the topic's own disk queue, and
@@ -47,6 +43,13 @@ PUMP_DEFER_COST = 4e-6
 #: writer stopped.
 PUMP_DEFER_COST_WITH_ROOM = 1e-6
 PUMP_SLICE = 0.0002
+PUMP_MIN_SLICED = 10
+#: ... and at least one message per PUMP_WRITES_PER_MESSAGE channels: each channel whose memory
+#: is full writes a turn's messages to its disk queue in one write(2), so a slice costs at most
+#: this many writes per message, whatever the channel count. (At 100 channels, slices of 10
+#: messages spent twice the pump time per message of slices of 50, and the channels' readers
+#: waited on a pump that moved less for its share of the loop.)
+PUMP_WRITES_PER_MESSAGE = 2
 #: ... and while publishers keep coming, a slice is followed by a pause of PUMP_YIELD times its
 #: own length, so publishes get at least three quarters of the loop: the smallest slice at 100
 #: channels is 100 write(2) calls, and without the pause the pump took two thirds of the loop
@@ -482,9 +485,10 @@ class Topic:
         per_message = self._copy_cost * channels
         if not self._sliced(channels):
             return by_budget
+        least = max(PUMP_MIN_SLICED, channels // PUMP_WRITES_PER_MESSAGE)
         if per_message <= 0:
-            return PUMP_MIN_BATCH  # (not measured yet)
-        return max(PUMP_MIN_BATCH, min(by_budget, int(PUMP_SLICE / per_message)))
+            return least  # (not measured yet)
+        return max(least, min(by_budget, int(PUMP_SLICE / per_message)))
 
     def _sliced(self, channels: int) -> bool:
         """Whether the pump works in slices (see PUMP_DEFER_COST and :meth:`_pump_batch`)."""

@@ -99,13 +99,21 @@ def test_get_many_in_the_write_file_sees_later_puts(tmp_path: Path) -> None:
     queue.close()
 
 
-steps = st.lists(
-    st.one_of(
-        st.tuples(st.just("put"), st.lists(st.integers(0, 60), max_size=15)),
-        st.tuples(st.just("get"), st.integers(1, 20)),
-    ),
-    max_size=30,
-)
+put_op = st.tuples(st.just("put"), st.lists(st.integers(0, 60), max_size=15))
+get_op = st.tuples(st.just("get"), st.integers(1, 20))
+steps = st.lists(st.one_of(put_op, get_op), max_size=30)
+
+
+def put_numbered(queues: list[DiskQueue], sizes: object, last: int) -> int:
+    """Put a record of each size, numbered on from ``last``, in every queue; the last number."""
+    assert isinstance(sizes, list)
+    batch = []
+    for size in sizes:
+        last += 1
+        batch.append((last.to_bytes(4, "big") * (size // 4 + 1))[:size])
+    for queue in queues:
+        queue.put_many(batch)
+    return last
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -121,13 +129,7 @@ def test_get_many_is_get_repeated(
     counter = 0
     for kind, arg in ops:
         if kind == "put":
-            assert isinstance(arg, list)
-            batch = []
-            for size in arg:
-                counter += 1
-                batch.append((counter.to_bytes(4, "big") * (size // 4 + 1))[:size])
-            many.put_many(batch)
-            one.put_many(batch)
+            counter = put_numbered([many, one], arg, counter)
         else:
             assert isinstance(arg, int)
             assert many.get_many(arg) == get_each(one, arg)
@@ -156,12 +158,7 @@ def get_each_held(queue: DiskQueue, limit: int) -> tuple[list[bytes], list[int]]
 
 
 held_steps = st.lists(
-    st.one_of(
-        st.tuples(st.just("put"), st.lists(st.integers(0, 60), max_size=15)),
-        st.tuples(st.just("get"), st.integers(1, 20)),
-        st.tuples(st.just("release"), st.integers(0, 1000)),
-    ),
-    max_size=30,
+    st.one_of(put_op, get_op, st.tuples(st.just("release"), st.integers(0, 1000))), max_size=30
 )
 
 
@@ -172,7 +169,7 @@ def test_get_many_held_is_get_held_repeated(
 ) -> None:
     """The durable mode's read-back: the same records and holds as get_held repeated, the same
     positions and held count as records are released (the committed position moving), the
-    same metadata and side file after a sync, and the same records again after a restart."""
+    same metadata and side file once closed, and the same records again after a restart."""
     root = tmp_path_factory.mktemp("q")
     queues = {}
     for name in ("many", "one"):
@@ -184,13 +181,7 @@ def test_get_many_held_is_get_held_repeated(
     counter = 0
     for kind, arg in ops:
         if kind == "put":
-            assert isinstance(arg, list)
-            batch = []
-            for size in arg:
-                counter += 1
-                batch.append((counter.to_bytes(4, "big") * (size // 4 + 1))[:size])
-            many.put_many(batch)
-            one.put_many(batch)
+            counter = put_numbered([many, one], arg, counter)
         elif kind == "get":
             assert isinstance(arg, int)
             got = many.get_many_held(arg)

@@ -46,9 +46,9 @@ PUMP_SLICE = 0.0002
 PUMP_MIN_SLICED = 10
 #: ... and at least one message per PUMP_WRITES_PER_MESSAGE channels: each channel whose memory
 #: is full writes a turn's messages to its disk queue in one write(2), so a slice costs at most
-#: this many writes per message, whatever the channel count. (At 100 channels, slices of 10
-#: messages spent twice the pump time per message of slices of 50, and the channels' readers
-#: waited on a pump that moved less for its share of the loop.)
+#: this many writes per message, whatever the channel count. With fewer messages a slice, the
+#: write calls would take most of the pump's share of the loop, and readers who emptied their
+#: channels would wait on a pump that moves little.
 PUMP_WRITES_PER_MESSAGE = 2
 #: ... and while publishers keep coming, a slice is followed by a pause of PUMP_YIELD times its
 #: own length, so publishes get at least three quarters of the loop: the smallest slice at 100

@@ -76,8 +76,8 @@ class HeldDelivery:
             if not records:
                 break
             decoded: list[Message] = []
-            if decode_records(records, decoded) or self.early or self.channel.skip_ids:
-                self._take_each(records, holds, msgs)  # a bad record, or ones to skip
+            if self.early or self.channel.skip_ids or decode_records(records, decoded):
+                self._take_each(records, holds, msgs)  # ones to skip, or a bad record
                 continue
             for msg, hold in zip(decoded, holds, strict=True):
                 msg.hold = hold

@@ -112,15 +112,12 @@ class Reader:
         low, high = st.min_msg_size, st.max_msg_size
         unpack = LENGTH.unpack_from
         append = out.append
-        starts: list[Position] = []  # with held reads: where each record starts
         while count < limit and offset + 4 <= stop:
             (size,) = unpack(buf, offset)
             following = offset + 4 + size
             if size < low or size > high or following > stop:
                 break
             append(buf[offset + 4 : following])
-            if holds is not None:
-                starts.append((st.read_file_num, buf_start + offset))
             offset = following
             count += 1
         if count:
@@ -129,13 +126,25 @@ class Reader:
                     st.dirty_since = st.clock()
                 st.count += count
             else:  # nothing the metadata records moves until the holds are released
-                first_hold = st.holds.add_run(starts)
-                holds.extend(range(first_hold, first_hold + count))
-                st.last_held, st.last_start = first_hold + count - 1, starts[-1]
+                self._hold_run(out[-count:], buf_start + first, holds)
             st.read_pos += offset - first
             st.depth -= count
             self.recovery.check_tail_corruption(st.depth)
         return count
+
+    def _hold_run(self, records: list[bytes], start: int, holds: list[Hold]) -> None:
+        """Hold records just read in one go from offset ``start`` of the read file, each
+        following the last (as :meth:`_consume` holds one); their holds go to ``holds``."""
+        st = self._state
+        assert st.holds is not None
+        file_num = st.read_file_num
+        starts: list[Position] = []
+        for record in records:
+            starts.append((file_num, start))
+            start += 4 + len(record)
+        first_hold = st.holds.add_run(starts)
+        holds.extend(range(first_hold, first_hold + len(records)))
+        st.last_held, st.last_start = holds[-1], starts[-1]
 
     def get_record(self) -> bytes | None:
         """Take the oldest record (held, with held reads), or None when the queue is empty."""

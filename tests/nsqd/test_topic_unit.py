@@ -14,6 +14,7 @@ from nsqpy.nsqd.topic import (
     PUMP_DEFER_COST_WITH_ROOM,
     PUMP_MIN_BATCH,
     PUMP_MIN_SLICED,
+    PUMP_QUIET,
     PUMP_WRITES_PER_MESSAGE,
     Topic,
 )
@@ -179,8 +180,55 @@ async def test_a_sliced_pump_writes_each_full_channel_few_times_a_message(
     PUMP_WRITES_PER_MESSAGE channels at least (a full channel writes a turn's messages in one
     write), and never more than PUMP_BUDGET copies allow."""
     topic._copy_cost = per_copy
+    topic._published = True  # publishers are active: the pump slices
     assert topic._sliced(channels)
     batch = topic._pump_batch(channels)
     assert batch >= PUMP_MIN_SLICED
     assert channels / batch <= PUMP_WRITES_PER_MESSAGE
     assert batch <= max(PUMP_MIN_BATCH, PUMP_BUDGET // channels, channels)
+
+
+async def test_a_backlog_on_disk_reaches_the_channel_in_order_less_the_skipped_copies(
+    topic: Topic,
+) -> None:
+    """The pump reads the topic's disk queue a read buffer at a time: a backlog spanning
+    several buffers arrives whole and in order, and the disk copy of a restored deferred
+    message (its id in ``skip_ids``) is dropped once, wherever it falls in a batch."""
+    msgs = [topic.new_message(b"%04d" % i + b"." * 100) for i in range(1200)]  # ~160 KB
+    for msg in msgs:
+        topic.backend.put(msg.encode())
+    skipped = {msgs[0].id, msgs[517].id, msgs[-1].id}
+    topic.skip_ids.update(skipped)
+    consumer = ready_consumer(topic, "billing", 1)
+    consumer.rdy(len(msgs))
+    await loop_turns(200)
+    expected = [msg.body for msg in msgs if msg.id not in skipped]
+    assert consumer.bodies() == expected
+    assert topic.skip_ids == set()
+    assert topic.depth() == 0
+
+
+async def test_a_sliced_pump_moves_full_turns_once_publishers_have_gone_quiet(
+    topic: Topic, clock: FakeClock
+) -> None:
+    """Slices measure dearer copies than full turns (each channel's write spread over few
+    messages): once no publish has come for PUMP_QUIET seconds, the backlog a burst left is
+    moved in full turns however dear the slices measured; a publish slices it again."""
+    channels = 10
+    full = max(PUMP_MIN_BATCH, PUMP_BUDGET // channels)
+    for name in range(channels):
+        topic.get_channel(f"c{name}")
+    dear = PUMP_DEFER_COST / channels * 4
+    topic._copy_cost = dear
+    for _ in range(200):  # a burst, more than a slice
+        topic.put_message(topic.new_message(b"burst"))
+    topic._pump()  # a slice: the pump sees the publishes
+    topic._copy_cost = dear  # as its slices measured it
+    assert topic._sliced(channels)
+    assert topic._pump_batch(channels) < full
+    clock.advance(PUMP_QUIET * 0.9)
+    assert topic._pump_batch(channels) < full
+    clock.advance(PUMP_QUIET * 0.1)
+    assert topic._pump_batch(channels) == full
+    topic.put_message(topic.new_message(b"again"))
+    assert topic._pump_batch(channels) < full

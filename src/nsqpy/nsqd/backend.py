@@ -8,8 +8,10 @@ so callers ask the backend instead of testing its type.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
+
+from .message import Message, decode_records
 
 if TYPE_CHECKING:
     from .diskqueue import DiskQueue
@@ -33,6 +35,39 @@ class Backend(Protocol):
     def disk_queue(self) -> DiskQueue | None:
         """This backend as a queue with files (positions, peeks, held reads), or None."""
         ...
+
+
+def read_messages(
+    backend: Backend,
+    out: list[Message],
+    count: int,
+    skip_ids: set[bytes],
+    log_error: Callable[[str], None],
+) -> None:
+    """Append messages decoded from ``backend``'s oldest records to ``out`` until it holds
+    ``count`` or the backend is empty, a read buffer's records at a time. A record too short
+    to be a message is logged and dropped, as Go's pumps log and go on; the disk copy of a
+    restored deferred message (its id in ``skip_ids``) is dropped, once."""
+    while len(out) < count:
+        records = backend.get_many(count - len(out))
+        if not records:
+            return
+        had = len(out)
+        for error in decode_records(records, out):
+            log_error(f"failed to decode message - {error}")
+        if skip_ids:
+            out[had:] = without_skipped(out[had:], skip_ids)
+
+
+def without_skipped(msgs: list[Message], skip_ids: set[bytes]) -> list[Message]:
+    """``msgs`` less those whose id is in ``skip_ids`` (each id skipped once)."""
+    kept = []
+    for msg in msgs:
+        if msg.id in skip_ids:
+            skip_ids.discard(msg.id)
+        else:
+            kept.append(msg)
+    return kept
 
 
 class NullBackend:

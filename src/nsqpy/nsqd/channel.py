@@ -24,11 +24,11 @@ from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.message import MESSAGE_FRAME_HEAD, MESSAGE_FRAME_OVERHEAD
 from ..protocol.names import is_ephemeral
 from ..protocol.replica import OP_PAUSE, OP_UNPAUSE
-from .backend import Backend
+from .backend import Backend, read_messages
 from .beyond.channel_held import HeldDelivery
 from .errors import BackendWriteError
 from .memory_queue import ChannelMemory, RunQueue, cut
-from .message import Message, MessageRun, decode_records, own_copies
+from .message import Message, MessageRun, own_copies
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -218,28 +218,8 @@ class Channel:
             return msgs
         if self.held is not None:
             return self.held.take(msgs, count)
-        backend = self.backend
-        while len(msgs) < count:
-            records = backend.get_many(count - len(msgs))
-            if not records:
-                break
-            had = len(msgs)
-            for error in decode_records(records, msgs):
-                self.nsqd.logger.error(f"failed to decode message - {error}")
-            if self.skip_ids:
-                msgs[had:] = self._without_skipped(msgs[had:])
+        read_messages(self.backend, msgs, count, self.skip_ids, self.nsqd.logger.error)
         return msgs
-
-    def _without_skipped(self, msgs: list[Message]) -> list[Message]:
-        """``msgs`` less the disk copies of restored deferred messages (each skipped once)."""
-        skip_ids = self.skip_ids
-        kept = []
-        for msg in msgs:
-            if msg.id in skip_ids:
-                skip_ids.discard(msg.id)
-            else:
-                kept.append(msg)
-        return kept
 
     def _pump_sampled(self, client: Consumer) -> None:
         """One message at a time: a sampled-out message does not take a slot of RDY."""

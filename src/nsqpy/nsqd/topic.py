@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..protocol.names import is_ephemeral
 from ..protocol.replica import OP_PAUSE, OP_UNPAUSE
-from .backend import Backend
+from .backend import Backend, read_messages
 from .beyond.topic_held import HeldCopies
 from .channel import Channel
 from .guid import GUIDFactory
@@ -56,6 +56,12 @@ PUMP_WRITES_PER_MESSAGE = 2
 #: (Go's publishers outrun its pump further: at 100 channels it had copied 14% when
 #: bench_writer stopped). Once publishers pause, the pump runs every turn.
 PUMP_YIELD = 3.0
+#: A slice spreads each full channel's write(2) over few messages, so a sliced pump measures
+#: its copies dearer than a full turn's and stays sliced. Once no publish has come for
+#: PUMP_QUIET seconds, it moves full turns again whatever it measured: the backlog left by a
+#: burst is copied at a full turn's cost, not a slice's. (Longer than the pauses within a
+#: steady stream of publishes, which would otherwise turn it to full turns at every pause.)
+PUMP_QUIET = 0.25
 #: With --mem-queue-size=0, a publish to a topic with up to this many channels writes their
 #: queues before its OK (as many writes and fsyncs to wait for as channels); with more, the
 #: topic's held queue takes it (one write) and the pump copies later (beyond/topic_held.py). The
@@ -80,6 +86,7 @@ class Topic:
         "_channel_list",
         "_copy_cost",
         "_deferred_waiting",
+        "_publish_seen_at",
         "_published",
         "_pump_handle",
         "backend",
@@ -118,6 +125,7 @@ class Topic:
         #: the pump's next turn, when one is scheduled
         self._pump_handle: asyncio.Handle | None = None
         self._published = False  # a publish since the pump's last sliced turn
+        self._publish_seen_at = 0.0  # when the pump last found _published set (nsqd.now())
         self._copy_cost = 0.0  # seconds per channel copy, measured by the pump
         self._deferred_waiting = 0  # DPUB messages in the topic's queue (paused, no channels)
         self.skip_ids: set[bytes] = set()
@@ -455,6 +463,8 @@ class Topic:
         if not self.flowing():
             return
         channels = len(self._channel_list)
+        if self._published:
+            self._publish_seen_at = self.nsqd.now()
         limit = self._pump_batch(channels)
         started = time.perf_counter()
         held = self.held_copies
@@ -483,12 +493,21 @@ class Topic:
         nothing, and publishers go first, as in Go."""
         by_budget = max(PUMP_MIN_BATCH, PUMP_BUDGET // channels)
         per_message = self._copy_cost * channels
-        if not self._sliced(channels):
+        if not self._sliced(channels) or self._quiet():
             return by_budget
         least = max(PUMP_MIN_SLICED, channels // PUMP_WRITES_PER_MESSAGE)
         if per_message <= 0:
             return least  # (not measured yet)
         return max(least, min(by_budget, int(PUMP_SLICE / per_message)))
+
+    def _quiet(self) -> bool:
+        """Whether no publish has come for PUMP_QUIET seconds (a held topic never is: its
+        pump always slices, see :meth:`_pump_batch`)."""
+        return (
+            self.held_copies is None
+            and not self._published
+            and self.nsqd.now() - self._publish_seen_at >= PUMP_QUIET
+        )
 
     def _sliced(self, channels: int) -> bool:
         """Whether the pump works in slices (see PUMP_DEFER_COST and :meth:`_pump_batch`)."""
@@ -511,14 +530,7 @@ class Topic:
         if self.held_copies is not None:
             self._take_held(self.held_copies, msgs, limit)
         else:
-            backend = self.backend
-            while len(msgs) < limit:
-                data = backend.get()
-                if data is None:
-                    break
-                msg = self._decoded(data)
-                if msg is not None:
-                    msgs.append(msg)
+            read_messages(self.backend, msgs, limit, self.skip_ids, self.nsqd.logger.error)
         if msgs:
             runs.append(msgs)
         return runs

@@ -21,6 +21,9 @@ from nsqpy.nsqd.topic import (
 
 from .in_process_support import FakeClock, FakeConsumer, loop_turns
 
+#: --mem-queue-size=0 with --sync-every above 1: the topic's disk queue holds its reads
+HELD = {"mem_queue_size": 0, "sync_every": 2}
+
 
 @pytest.fixture
 def topic(nsqd: NSQD) -> Topic:
@@ -188,16 +191,24 @@ async def test_a_sliced_pump_writes_each_full_channel_few_times_a_message(
     assert batch <= max(PUMP_MIN_BATCH, PUMP_BUDGET // channels, channels)
 
 
+@pytest.mark.parametrize(
+    ("nsqd_options", "skip"),
+    [({}, True), ({}, False), (HELD, True), (HELD, False)],
+    ids=["disk-skips", "disk", "held-skips", "held"],
+)
 async def test_a_backlog_on_disk_reaches_the_channel_in_order_less_the_skipped_copies(
-    topic: Topic,
+    topic: Topic, skip: bool
 ) -> None:
     """The pump reads the topic's disk queue a read buffer at a time: a backlog spanning
     several buffers arrives whole and in order, and the disk copy of a restored deferred
-    message (its id in ``skip_ids``) is dropped once, wherever it falls in a batch."""
+    message (its id in ``skip_ids``) is dropped once, wherever it falls in a batch. With
+    --mem-queue-size=0 the topic's queue holds its records until the channels settle them:
+    every record is released once the copies are in the channel."""
+    assert (topic.held_copies is not None) == (topic.nsqd.options.mem_queue_size == 0)
     msgs = [topic.new_message(b"%04d" % i + b"." * 100) for i in range(1200)]  # ~160 KB
     for msg in msgs:
         topic.backend.put(msg.encode())
-    skipped = {msgs[0].id, msgs[517].id, msgs[-1].id}
+    skipped = {msgs[0].id, msgs[517].id, msgs[-1].id} if skip else set()
     topic.skip_ids.update(skipped)
     consumer = ready_consumer(topic, "billing", 1)
     consumer.rdy(len(msgs))
@@ -206,6 +217,10 @@ async def test_a_backlog_on_disk_reaches_the_channel_in_order_less_the_skipped_c
     assert consumer.bodies() == expected
     assert topic.skip_ids == set()
     assert topic.depth() == 0
+    if topic.held_copies is not None:
+        assert not topic.held_copies.pending
+        disk_queue = topic.backend.disk_queue()
+        assert disk_queue is not None and disk_queue.held()[0] == 0
 
 
 async def test_a_sliced_pump_moves_full_turns_once_publishers_have_gone_quiet(

@@ -18,9 +18,10 @@ from .beyond.topic_held import HeldCopies
 from .channel import Channel
 from .guid import GUIDFactory
 from .memory_queue import RUN_LIMIT, ChannelMemory, Run, RunQueue, cut
-from .message import Message, MessageRun, message_from_bytes
+from .message import Message, MessageRun, decode_records, message_from_bytes
 
 if TYPE_CHECKING:
+    from .diskqueue.holds import Hold
     from .nsqd import NSQD
 
 #: The most channel copies the topic's pump makes per event-loop turn (messages x channels);
@@ -536,16 +537,30 @@ class Topic:
         return runs
 
     def _take_held(self, held: HeldCopies, msgs: list[Message], limit: int) -> None:
-        """:meth:`_take` from a held queue: each record's hold goes to ``held``."""
+        """:meth:`_take` from a held queue, a read buffer's records at a time: each record's
+        hold goes to ``held``, with its message, or as skipped (a bad record, or the disk
+        copy of a restored deferred message)."""
         while len(msgs) < limit:
-            got = held.read()
-            if got is None:
+            records, holds = held.read_many(limit - len(msgs))
+            if not records:
                 return
-            msg = self._decoded(got[0])
-            if msg is None:
-                held.skipped(got[1])
+            had = len(msgs)
+            if self.skip_ids or decode_records(records, msgs):
+                del msgs[had:]  # record by record: which record made which message
+                self._take_each(held, records, holds, msgs)
                 continue
-            held.taken(msg.id, got[1])
+            for msg, hold in zip(msgs[had:], holds, strict=True):
+                held.taken(msg.id, hold)
+
+    def _take_each(
+        self, held: HeldCopies, records: list[bytes], holds: list[Hold], msgs: list[Message]
+    ) -> None:
+        for data, hold in zip(records, holds, strict=True):
+            msg = self._decoded(data)
+            if msg is None:
+                held.skipped(hold)
+                continue
+            held.taken(msg.id, hold)
             msgs.append(msg)
 
     def _decoded(self, data: bytes) -> Message | None:

@@ -42,8 +42,9 @@ class HeldCopies:
         self._batch: dict[bytes, Hold] = {}  # the pump's current batch, by message ID
         self._loose: list[Hold] = []  # records of the batch that made no message
 
-    def read(self) -> tuple[bytes, Hold] | None:
-        return self.queue.get_held()
+    def read_many(self, limit: int) -> tuple[list[bytes], list[Hold]]:
+        """Up to ``limit`` records of the topic's queue, oldest first, and their holds."""
+        return self.queue.get_many_held(limit)
 
     def taken(self, msg_id: bytes, hold: Hold) -> None:
         self._batch[msg_id] = hold

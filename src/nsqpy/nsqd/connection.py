@@ -58,7 +58,7 @@ INFLATE_SLICE = 64 * 1024
 #: Seconds of one connection's input run per loop turn, checked after each step of at most
 #: TURN_STEP commands (a FIN run's IDs count one each) or one MPUB slice.
 TURN_BUDGET = 0.0005
-TURN_STEP = 128
+TURN_STEP = 64
 #: Unsent output past which the connection's reading pauses until the peer reads (Go's
 #: connection blocks on its socket): a client that never reads cannot grow nsqd's memory.
 OUTPUT_HIGH_WATER = 4 * 1024 * 1024

@@ -238,18 +238,28 @@ def test_a_waiting_publish_fails_when_its_peer_stops_answering(
     pub.expect_ok()
 
 
-@pytest.mark.parametrize("durable", [False, True], ids=["memory", "durable"])
-def test_takeover_of_a_killed_node(group_factory: Callable[..., Group], durable: bool) -> None:
+@pytest.mark.parametrize(
+    ("durable", "publish"),
+    [(False, "pub"), (True, "pub"), (False, "mpub")],
+    ids=["memory", "durable", "memory-mpub"],
+)
+def test_takeover_of_a_killed_node(
+    group_factory: Callable[..., Group], durable: bool, publish: str
+) -> None:
     # --sync-every=1: each ACK at once (with the default the peers ACK at --sync-timeout);
-    # durable: --mem-queue-size=0 too, every copy on disk (held until finished)
+    # durable: --mem-queue-size=0 too, every copy on disk (held until finished);
+    # mpub: in MPUBs of 10, which an owner with a memory queue streams as runs
     extra = ["--sync-every=1", *(["--mem-queue-size=0"] if durable else [])]
     group = group_factory(3, 2, *extra)
     a, b, c = started(group, 3)
     topic, channel = unique("rep"), unique("ch")
     create_channel(a, topic, channel)
     pub = NsqConn(a.tcp_address)
-    for index in range(100):
+    for index in range(100 if publish == "pub" else 0):
         pub.send(pub_cmd(topic, f"m{index}".encode()))
+        pub.expect_ok()
+    for start in range(0, 100 if publish == "mpub" else 0, 10):
+        pub.send(mpub_cmd(topic, [f"m{index}".encode() for index in range(start, start + 10)]))
         pub.expect_ok()
     sub = consumer(a, topic, channel, rdy=30)
     finished = set()

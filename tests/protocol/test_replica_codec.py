@@ -30,11 +30,14 @@ from nsqpy.protocol.replica import (
     Put,
     Puts,
     ReplicaProtocolError,
+    Run,
     TopicOp,
     Welcome,
     decode_events,
+    decode_run_at,
     encode_events,
     record_count,
+    run_bodies,
 )
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -62,7 +65,26 @@ records = st.lists(
     max_size=5,
 ).map(framed)
 
+
+def sized(bodies: list[bytes]) -> bytes:
+    """An MPUB's messages: BE32 size, body."""
+    return b"".join(struct.pack(">I", len(body)) + body for body in bodies)
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> Run:
+    messages = draw(st.lists(st.tuples(ids, st.binary(min_size=1, max_size=40)), min_size=1))
+    return Run(
+        draw(names),
+        draw(INT64),
+        tuple(msg_id for msg_id, _ in messages),
+        sized([body for _, body in messages]),
+        draw(st.none() | channel_tuples),
+    )
+
+
 EVENT_STRATEGIES: dict[str, st.SearchStrategy[Event]] = {
+    "run": runs(),
     "puts": st.builds(Puts, topic=names, records=records, channels=st.none() | channel_tuples),
     "put": st.builds(
         Put,
@@ -142,6 +164,38 @@ def test_layout_is_pinned() -> None:
     )
 
 
+def test_run_layout_is_pinned_and_reads_back() -> None:
+    run = Run("t", 7, (ID,), sized([b"hi"]), ("a",))
+    data = encode_events([run])
+    assert data == (
+        b"\x00\x00\x00\x01"
+        + b"\x09\x00\x01t\x00\x01\x00\x01a"
+        + struct.pack(">q", 7)
+        + b"\x00\x00\x00\x01"
+        + ID
+        + b"\x00\x00\x00\x06\x00\x00\x00\x02hi"
+    )
+    (decoded,) = decode_events(data)
+    assert isinstance(decoded, Run) and decoded == run
+    assert decode_run_at(data[decoded.at : decoded.at + decoded.size]) == ((ID,), [b"hi"])
+
+
+@pytest.mark.parametrize(
+    ("bodies", "count"),
+    [
+        (sized([b"a", b"b"]), 3),  # fewer messages than IDs
+        (sized([b"a", b"b"]), 1),  # bytes left after the IDs' messages
+        (sized([b"a"]) + b"\x00", 1),
+        (sized([b"abc"])[:-1], 1),  # a body cut short
+        (b"\x00\x00\x00\x00", 1),  # an empty body
+        (b"\x00\x00", 1),  # a size cut short
+    ],
+)
+def test_run_bodies_that_do_not_match_their_ids_are_rejected(bodies: bytes, count: int) -> None:
+    with pytest.raises(ReplicaProtocolError):
+        run_bodies(bodies, count)
+
+
 def test_put_with_no_channels_differs_from_none() -> None:
     waiting = Put("t", ID, 1, 1, b"", None)
     copied_nowhere = Put("t", ID, 1, 1, b"", ())
@@ -163,6 +217,10 @@ def test_put_with_no_channels_differs_from_none() -> None:
         Put("\ud800", ID, 1, 1, b"", None),
         Fanout("t", ("c",) * 0xFFFF, ()),
         Fin("t", "c", (ID, ID + b"x")),
+        Run("t", 1, (), sized([b"a"])),
+        Run("t", 1, (ID[:15],), sized([b"a"])),
+        Run("t", 1, (ID, ID[:15]), sized([b"a", b"b"])),
+        Run("t", 2**63, (ID,), sized([b"a"])),
         Attempts("t", "c", ID, 0x10000),
         Defer("t", "c", ID, 2**63),
         ChannelOp("t", "c", "rename"),
@@ -196,7 +254,8 @@ def one(event_bytes: bytes, count: int = 1) -> bytes:
         b"\xff\xff\xff\xff",  # a huge count, nothing after it
         one(b"\x07\x00\x01t\x00", count=2),  # one event where two are announced
         one(b"\x00\x00\x01t\x00"),  # type 0
-        one(b"\x08\x00\x01t\x00"),  # type beyond TOPIC
+        one(b"\x08\x00\x01t\x00"),  # PUTS cut short
+        one(b"\x0a\x00\x01t\x00"),  # type beyond RUN
         one(b"\x07\x00\x01t\x05"),  # op beyond OPS
         one(b"\x07\x00\x01t\xff"),
         one(b"\x07\xff\xfft\x00"),  # a name longer than the batch
@@ -209,6 +268,15 @@ def one(event_bytes: bytes, count: int = 1) -> bytes:
         one(b"\x01\x00\x01t" + ID + struct.pack(">qHq", 1, 1, -1) + b"\xff\xff\x00\x00\x00\x00"),
         one(b"\x01\x00\x01t" + ID + struct.pack(">qHq", 1, 1, 0) + b"\xff\xff\xff\xff\xff\xffab"),
         one(b"\x05\x00\x01t\x00\x01c" + ID + b"\x00" * 7),
+        # RUN: no messages; bodies too few bytes for their IDs
+        one(b"\x09\x00\x01t\xff\xff" + b"\x00" * 8 + b"\x00" * 4 + b"\x00\x00\x00\x05" + b"a" * 5),
+        one(
+            b"\x09\x00\x01t\xff\xff"
+            + b"\x00" * 8
+            + b"\x00\x00\x00\x01"
+            + ID
+            + b"\x00\x00\x00\x04abcd"
+        ),
     ],
 )
 def test_decoder_rejects_malformed_batches(data: bytes) -> None:

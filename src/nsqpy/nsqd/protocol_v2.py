@@ -499,9 +499,12 @@ class ProtocolV2:
                 raise ProtocolError("E_BAD_BODY", f"MPUB invalid body size {size}")
             raise ProtocolError("E_BAD_BODY", f"MPUB body too big {size} > {opts.max_body_size}")
         bodies = command.messages
+        sized_bodies = None
         if bodies is None:  # the body stopped at a bad count or size: Go's error for it
             assert command.body is not None
             bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
+        elif command.body is not None:  # the count, then exactly the messages split
+            sized_bodies = memoryview(command.body)[4:]
         replication = self.nsqd.replication
         if replication is not None:  # too few peers reachable: Go's E_MPUB_FAILED wording
             replication.refuse_if_short("MPUB")
@@ -509,19 +512,24 @@ class ProtocolV2:
             # (under --max-queue-bytes one put admits or refuses the MPUB as a whole)
             # shielded: like Go, a closing client does not stop the publish of a read MPUB
             return asyncio.shield(self._publish_slices(client, topic, bodies))
-        syncs = self._put_slice(client, topic, bodies, self.nsqd.wall_ns())
+        syncs = self._put_slice(client, topic, bodies, self.nsqd.wall_ns(), sized_bodies)
         if replication is not None:  # the OK once acks-1 peers stored them
             waits = syncs + self.nsqd.topic_starting(topic)
             return self._replicated_ok(replication, waits, "MPUB")
         return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     def _put_slice(
-        self, client: ClientV2, topic: Topic, bodies: list[bytes], timestamp: int
+        self,
+        client: ClientV2,
+        topic: Topic,
+        bodies: list[bytes],
+        timestamp: int,
+        sized_bodies: memoryview | None = None,
     ) -> tuple[asyncio.Task[None], ...]:
         """Publish ``bodies`` in one batch of disk writes; the syncs the OK waits for."""
         self._refuse_mpub_if_draining()
         try:
-            syncs = topic.put_batch(bodies, timestamp)
+            syncs = topic.put_batch(bodies, timestamp, sized_bodies)
         except (TopicError, BackendWriteError) as exc:
             raise ProtocolError("E_MPUB_FAILED", f"MPUB failed {exc}") from None
         client.published(topic.name, len(bodies))

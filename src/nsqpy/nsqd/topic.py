@@ -233,15 +233,20 @@ class Topic:
         self.message_bytes += sum([len(msg.body) for msg in msgs])
 
     def put_batch(
-        self, bodies: list[bytes], timestamp: int | None = None
+        self,
+        bodies: list[bytes],
+        timestamp: int | None = None,
+        sized_bodies: bytes | memoryview | None = None,
     ) -> tuple[asyncio.Task[None], ...]:
         """One MPUB's messages put with one batch of disk writes; the fsyncs its OK waits
         for (those under way before it, as for a single put). Raises as :meth:`put_messages`
-        and ``batched_writes()`` do."""
+        and ``batched_writes()`` do. ``sized_bodies``: the bodies as the MPUB carried them
+        (each ``BE32 size`` then the body), if the caller has them, for replication to send on
+        as they are."""
         syncs = self.writes.running_syncs(self)
         with self.writes.batched_writes():
             if self._queues_runs():
-                self.put_run(self.new_run(bodies, timestamp))
+                self.put_run(self.new_run(bodies, timestamp), sized_bodies)
             else:
                 self.put_messages(self.new_messages(bodies, timestamp))
         return syncs
@@ -251,16 +256,17 @@ class Topic:
         queue, with no queue cap that needs them as messages on the way."""
         return self.mem_capacity > 0 and not self.nsqd.queue_limits.active
 
-    def put_run(self, run: MessageRun) -> None:
+    def put_run(self, run: MessageRun, sized_bodies: bytes | memoryview | None = None) -> None:
         """:meth:`put_messages` for a run: the topic queues it, and the pump hands the same
         run to every channel, which builds its own messages as it takes them. Callers hold
-        ``nsqd.writes.batched_writes()``, as for :meth:`put_messages`."""
+        ``nsqd.writes.batched_writes()``, as for :meth:`put_messages`. ``sized_bodies`` as
+        for :meth:`put_batch`."""
         if self.exiting:
             raise TopicError("exiting")
         if not run:
             return
         if self.nsqd.replication is not None:  # docs/replication.md: before any copy is made
-            self.nsqd.replication.put(self, run)
+            self.nsqd.replication.put(self, run, sized_bodies)
         self._enqueue(run)
         self._published = True
         self.message_count += len(run)

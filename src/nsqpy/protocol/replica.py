@@ -8,6 +8,7 @@ sequence number covers every event up to it.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,26 @@ class Puts:
     at: int = field(default=-1, compare=False, repr=False)
     #: how many records ``records`` holds, counted as it was decoded (0: not decoded)
     count: int = field(default=0, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """An MPUB's messages as the owner accepted them, in one event: a :class:`Put` of each
+    with these ``channels``, the one ``timestamp``, attempts 0 and no deferral. ``bodies``
+    holds the messages as the publisher sent them (each ``BE32 size`` then the body, in the
+    order of ``ids``): neither side frames a message on its own, the owner sends what it read
+    and the peer logs it as it came. The bodies are split only when they are read back (a
+    takeover, a compaction): :func:`run_bodies` checks they match the IDs then."""
+
+    topic: str
+    timestamp: int
+    ids: tuple[bytes, ...]
+    bodies: bytes | memoryview
+    channels: tuple[str, ...] | None = None
+    #: where the IDs' count starts in the event batch it was decoded from (-1: not decoded);
+    #: ``size`` bytes from there hold the IDs and the bodies (:func:`decode_run_at`)
+    at: int = field(default=-1, compare=False, repr=False)
+    size: int = field(default=0, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +135,7 @@ class TopicOp:
     op: str  # one of OPS
 
 
-Event = Put | Puts | Fanout | Fin | Attempts | Defer | ChannelOp | TopicOp
+Event = Put | Puts | Run | Fanout | Fin | Attempts | Defer | ChannelOp | TopicOp
 
 
 class ReplicaProtocolError(ValueError):
@@ -141,6 +162,7 @@ class ReplicaProtocolError(ValueError):
 #   TOPIC     topic, op
 #   PUTS      topic, channels, BE32(len) records (each BE32 size, BE64 timestamp,
 #             BE16 attempts, id, body)
+#   RUN       topic, channels, BE64 timestamp, ids, BE32(len) bodies (each BE32 size, body)
 
 EVENT_PUT = 1
 EVENT_FANOUT = 2
@@ -150,6 +172,7 @@ EVENT_DEFER = 5
 EVENT_CHANNEL = 6
 EVENT_TOPIC = 7
 EVENT_PUTS = 8
+EVENT_RUN = 9
 
 ID_SIZE = 16
 _NO_CHANNELS = 0xFFFF
@@ -162,11 +185,14 @@ _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
 _PUT_FIXED = struct.Struct(">16sqHq")  # id, timestamp, attempts, defer_ms
 _ID_U16 = struct.Struct(">16sH")  # id, attempts
 _ID_I64 = struct.Struct(">16sq")  # id, remaining_ms
 
 _OP_CODES = {op: code for code, op in enumerate(OPS)}
+#: splits a run of IDs into bytes objects in one C call
+_ID_RUN = re.compile(rb".{16}", re.DOTALL)
 
 #: a record of :class:`Puts`: its size, then the message's fixed fields
 RECORD_HEAD = struct.Struct(">IqH16s")  # size, timestamp, attempts, id
@@ -215,6 +241,15 @@ def _ids(ids: Sequence[bytes]) -> bytes:
     return _U32.pack(len(ids)) + b"".join(ids)
 
 
+def _id_run(ids: Sequence[bytes]) -> bytes:
+    """``ids`` as their count and their bytes, checked by length as a whole: a wrong-sized
+    ID among them makes the total a wrong multiple or the split at decoding differ."""
+    joined = b"".join(ids)
+    if len(joined) != ID_SIZE * len(ids):
+        raise ReplicaProtocolError(f"message IDs of {len(joined)} bytes for {len(ids)} IDs")
+    return _U32.pack(len(ids)) + joined
+
+
 def _channels(channels: Sequence[str] | None) -> bytes:
     if channels is None:
         return _U16.pack(_NO_CHANNELS)
@@ -247,6 +282,22 @@ def _encode_put(event: Put) -> bytes:
     )
 
 
+def _encode_run(event: Run) -> bytes:
+    if not event.ids:
+        raise ReplicaProtocolError("RUN without messages")
+    return b"".join(
+        (
+            b"\x09",
+            _str(event.topic),
+            _channels(event.channels),
+            _I64.pack(event.timestamp),
+            _id_run(event.ids),
+            _U32.pack(len(event.bodies)),
+            event.bodies,
+        )
+    )
+
+
 def _encode_one(event: Event) -> bytes:
     if isinstance(event, Puts):
         records = event.records
@@ -256,6 +307,8 @@ def _encode_one(event: Event) -> bytes:
         return head + _U32.pack(len(records)) + records
     if isinstance(event, Put):
         return _encode_put(event)
+    if isinstance(event, Run):
+        return _encode_run(event)
     if isinstance(event, Fin):
         return b"\x03" + _str(event.topic) + _str(event.channel) + _ids(event.ids)
     if isinstance(event, Fanout):
@@ -338,11 +391,7 @@ class _Reader:
     def ids(self) -> tuple[bytes, ...]:
         count = self.count(self.u32(), ID_SIZE)
         pos = self.need(count * ID_SIZE)
-        data = self.data
-        return tuple(
-            bytes(data[start : start + ID_SIZE])
-            for start in range(pos, pos + count * ID_SIZE, ID_SIZE)
-        )
+        return tuple(_ID_RUN.findall(self.data, pos, pos + count * ID_SIZE))
 
     def op(self) -> str:
         code = self.u8()
@@ -373,8 +422,26 @@ class _Reader:
             raise ReplicaProtocolError("PUTS without records")
         return Puts(topic, records, channels, pos - self.origin, record_count(records))
 
+    def run(self) -> Run:
+        topic = self.name()
+        channels = self.channels()
+        timestamp = int(_I64.unpack_from(self.data, self.need(_I64.size))[0])
+        at = self.pos
+        ids = self.ids()
+        if not ids:
+            raise ReplicaProtocolError("RUN without messages")
+        size = self.u32()
+        pos = self.need(size)
+        # each message at least its BE32 size and one byte: checked now, split when read back
+        if size < 5 * len(ids):
+            raise ReplicaProtocolError(f"RUN of {len(ids)} messages in {size} bytes")
+        bodies = bytes(self.data[pos : pos + size])
+        return Run(topic, timestamp, ids, bodies, channels, at - self.origin, self.pos - at)
+
     def event(self) -> Event:
         kind = self.u8()
+        if kind == EVENT_RUN:
+            return self.run()
         if kind == EVENT_PUTS:
             return self.puts()
         if kind == EVENT_PUT:
@@ -400,6 +467,41 @@ class _Reader:
         if kind == EVENT_TOPIC:
             return TopicOp(self.name(), self.op())
         raise ReplicaProtocolError(f"unknown event type {kind} at byte {self.pos - 1}")
+
+
+def run_bodies(bodies: bytes | memoryview, count: int) -> list[tuple[int, int]]:
+    """(offset, length) in ``bodies`` of each of a :class:`Run`'s ``count`` messages;
+    ReplicaProtocolError unless they fill it exactly, each body at least one byte."""
+    unpack = _U32.unpack_from
+    end = len(bodies)
+    places: list[tuple[int, int]] = []
+    pos = 0
+    try:
+        for _ in range(count):
+            (size,) = unpack(bodies, pos)
+            pos += 4
+            if size < 1 or end - pos < size:
+                raise ReplicaProtocolError(f"RUN body of {size} bytes at {pos - 4}")
+            places.append((pos, size))
+            pos += size
+    except struct.error:
+        raise ReplicaProtocolError(f"RUN body cut short at {pos}") from None
+    if pos != end:
+        raise ReplicaProtocolError(f"RUN of {count} messages leaves {end - pos} bytes")
+    return places
+
+
+def decode_run_at(data: bytes) -> tuple[tuple[bytes, ...], list[bytes]]:
+    """The IDs and bodies of a run read back from the ``size`` bytes a decoded :class:`Run`
+    reports at its ``at``: ReplicaProtocolError if they do not match (see :func:`run_bodies`)."""
+    reader = _Reader(data, 0)
+    ids = reader.ids()
+    size = reader.u32()
+    pos = reader.need(size)
+    if reader.pos != reader.end:
+        raise ReplicaProtocolError(f"{reader.end - reader.pos} bytes after a RUN's bodies")
+    view = memoryview(data)[pos : pos + size]
+    return ids, [bytes(view[at : at + length]) for at, length in run_bodies(view, len(ids))]
 
 
 def _decode_events_at(data: bytes | bytearray | memoryview, pos: int) -> list[Event]:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...protocol import ProtocolError
 from ...protocol import replica as r1
@@ -42,6 +42,7 @@ from ...protocol.replica import (
     Put,
     Puts,
     ReplicaProtocolError,
+    Run,
     TopicOp,
 )
 from ..backend_writes import ack_after, framed_records, framed_run
@@ -134,7 +135,20 @@ class _Stream:
 def _event_size(event: Event) -> int:
     if isinstance(event, Puts):
         return len(event.records) + 64
+    if isinstance(event, Run):
+        return len(event.bodies) + 16 * len(event.ids) + 64
     return len(event.body) + 64 if isinstance(event, Put) else 64
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """A wait for acks-1 peers to acknowledge ``seq``: ``future`` gets ``response`` then, or
+    the failure (in Go's wording for ``name``'s publish when ``name`` is given)."""
+
+    seq: int
+    future: asyncio.Future[bytes | None]
+    response: bytes | None = None
+    name: str | None = None
 
 
 class Replication:
@@ -152,10 +166,11 @@ class Replication:
         self.held: dict[tuple[str, str], _Held] = {}
         self.taken_over: dict[str, int] = {}
         self.inbound: set[InboundLink] = set()
-        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._waiters: deque[_Waiter] = deque()
         self._short_since: float | None = None
         self._flush_scheduled = False
-        #: per topic, the Puts not sent yet whose messages wait for a Fanout: (seq, their IDs)
+        #: per topic, the Puts or Runs not sent yet whose messages wait for a Fanout: (seq,
+        #: their IDs)
         self._unassigned: dict[str, deque[tuple[int, tuple[bytes, ...]]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         #: a peer's CHANNEL or TOPIC operation is being applied: not echoed (see _apply_op)
@@ -272,24 +287,35 @@ class Replication:
 
     # ------------------------------------------------------------------ events from the core
 
-    def put(self, topic: Topic, msgs: Sequence[Message] | MessageRun) -> None:
-        """A topic accepted ``msgs`` (before it copies them anywhere)."""
+    def put(
+        self,
+        topic: Topic,
+        msgs: Sequence[Message] | MessageRun,
+        sized_bodies: bytes | memoryview | None = None,
+    ) -> None:
+        """A topic accepted ``msgs`` (before it copies them anywhere); ``sized_bodies``, a
+        run's bodies as its MPUB carried them, are sent on as they are."""
         if topic.ephemeral:
             return
         name = topic.name
         if isinstance(msgs, MessageRun):  # an MPUB's, never deferred
-            self._put_records(name, framed_run(msgs)[0], tuple(msgs.ids))
+            ids = tuple(msgs.ids)
+            if sized_bodies is not None:
+                self._put_unassigned(name, Run(name, msgs.timestamp, ids, sized_bodies), ids)
+            else:
+                self._put_unassigned(name, Puts(name, framed_run(msgs)[0]), ids)
             return
         if not any(msg.deferred for msg in msgs):
-            self._put_records(name, framed_records(msgs), tuple(msg.id for msg in msgs))
+            ids = tuple(msg.id for msg in msgs)
+            self._put_unassigned(name, Puts(name, framed_records(msgs)), ids)
             return
         for msg in msgs:
             defer_ms = math.ceil(msg.deferred * 1000) if msg.deferred else 0
             self._emit(Put(name, msg.id, msg.timestamp, msg.attempts, msg.body, None, defer_ms))
 
-    def _put_records(self, topic: str, records: bytes, ids: tuple[bytes, ...]) -> None:
-        """One Puts event; its messages wait to be named by the pump's fan-out."""
-        self._emit(Puts(topic, records))
+    def _put_unassigned(self, topic: str, event: Puts | Run, ids: tuple[bytes, ...]) -> None:
+        """One Puts or Run event; its messages wait to be named by the pump's fan-out."""
+        self._emit(event)
         self._unassigned.setdefault(topic, deque()).append((self.stream.last, ids))
 
     def fanout(
@@ -305,9 +331,9 @@ class Replication:
             self._emit(Fanout(topic.name, names, ids[assigned:]))
 
     def _assign_unsent(self, topic: str, names: tuple[str, ...], ids: tuple[bytes, ...]) -> int:
-        """How many of ``ids`` (from the first) were the messages of Puts events not sent to
-        any peer yet, which now name ``names`` instead of waiting for a Fanout: a publish to a
-        flowing topic is one event for the peer, not two."""
+        """How many of ``ids`` (from the first) were the messages of Puts or Run events not
+        sent to any peer yet, which now name ``names`` instead of waiting for a Fanout: a
+        publish to a flowing topic is one event for the peer, not two."""
         unassigned = self._unassigned.get(topic)
         stream = self.stream
         sent = max((link.sent for link in self.links), default=0)
@@ -319,9 +345,12 @@ class Replication:
             unassigned.popleft()
             index = seq - stream.base
             event = stream.events[index]
-            if not isinstance(event, Puts):  # never: seq was a Puts of this stream
+            if isinstance(event, Run):
+                stream.events[index] = Run(topic, event.timestamp, put_ids, event.bodies, names)
+            elif isinstance(event, Puts):
+                stream.events[index] = Puts(topic, event.records, names)
+            else:  # never: seq was a Puts or a Run of this stream
                 break
-            stream.events[index] = Puts(topic, event.records, names)
             done += len(put_ids)
         return done
 
@@ -378,10 +407,19 @@ class Replication:
     def ack_after(
         self, waits: tuple[asyncio.Task[None], ...], response: bytes, name: str
     ) -> bytes | Awaitable[bytes | None]:
-        """``response`` once ``waits`` are done and acks-1 peers stored what was put so far."""
+        """``response`` once ``waits`` are done and acks-1 peers stored what was put so far.
+        Without ``waits``, a future the peers' ACK completes with the response as it
+        arrives: the reply leaves in the loop turn after the ACK, not after a task's."""
         if self.acks <= 1:
             return ack_after(waits, response)
-        return self._answer_when_acked(waits, response, name, self.stream.last)
+        seq = self.stream.last
+        if waits:
+            return self._answer_when_acked(waits, response, name, seq)
+        if self._enough_acked(seq):
+            return response
+        future: asyncio.Future[bytes | None] = self.nsqd.loop.create_future()
+        self._waiters.append(_Waiter(seq, future, response, name))
+        return future
 
     async def _answer_when_acked(
         self, waits: tuple[asyncio.Task[None], ...], response: bytes, name: str, seq: int
@@ -403,8 +441,8 @@ class Replication:
         for --replica-timeout meanwhile."""
         if self.acks <= 1 or self._enough_acked(seq):
             return
-        future: asyncio.Future[None] = self.nsqd.loop.create_future()
-        self._waiters.append((seq, future))
+        future: asyncio.Future[bytes | None] = self.nsqd.loop.create_future()
+        self._waiters.append(_Waiter(seq, future))
         await future
 
     def _enough_acked(self, seq: int) -> bool:
@@ -413,18 +451,24 @@ class Replication:
     def _resolve_waiters(self) -> None:
         waiters = self._waiters
         while waiters:
-            seq, future = waiters[0]
-            if not future.done():
-                if not self._enough_acked(seq):
+            waiter = waiters[0]
+            if not waiter.future.done():
+                if not self._enough_acked(waiter.seq):
                     return
-                future.set_result(None)
+                waiter.future.set_result(waiter.response)
             waiters.popleft()
 
     def _fail_waiters(self, error: ReplicasShort) -> None:
         while self._waiters:
-            _, future = self._waiters.popleft()
-            if not future.done():
-                future.set_exception(error)
+            waiter = self._waiters.popleft()
+            if waiter.future.done():
+                continue
+            name = waiter.name
+            if name is None:
+                waiter.future.set_exception(error)
+            else:
+                failed = ProtocolError(f"E_{name}_FAILED", f"{name} failed {error}")
+                waiter.future.set_exception(failed)
 
     # ------------------------------------------------------------------ the peers' streams
 
@@ -851,7 +895,8 @@ class PeerLink:
         self.down_since = replication.nsqd.now()
         self.up_since = 0.0
         self.peer_incarnation: str | None = None  # the peer's run this link last linked to
-        self._writer: asyncio.StreamWriter | None = None
+        self._parser = r1.FrameParser()
+        self._writer: asyncio.Transport | None = None
 
     def reachable(self, now: float) -> bool:
         return self.up and now - self.last_heard < self.replication.timeout
@@ -903,40 +948,51 @@ class PeerLink:
     async def _session(self) -> None:
         replication = self.replication
         timeout = replication.timeout
+        loop = replication.nsqd.loop
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
         # comes as the connect fails, and stop() would then wait for this loop forever
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(self.host, self.port)
-        self._writer = writer
+            transport, protocol = await loop.create_connection(
+                partial(_OutboundProtocol, self), self.host, self.port
+            )
+        self._writer = transport
         info = {
             "node": replication.address,
             "incarnation": replication.incarnation,
             "node_id": replication.nsqd.options.node_id,
         }
-        writer.write(r1.MAGIC_R1 + r1.hello(info))
-        parser = r1.FrameParser()
-        pinger = replication.nsqd.loop.create_task(self._ping(writer, timeout / 4))
+        transport.write(r1.MAGIC_R1 + r1.hello(info))
+        self.last_heard = replication.nsqd.now()
+        # the link's frames are handled as they arrive (_OutboundProtocol): an ACK completes
+        # the publishes it covers in that loop turn. This task pings, and watches for silence.
+        while not protocol.ended.done():
+            await asyncio.wait((protocol.ended,), timeout=timeout / 4)
+            if protocol.ended.done():
+                break
+            if replication.nsqd.now() - self.last_heard >= timeout:
+                raise TimeoutError(f"nothing heard for {timeout:g}s")
+            transport.write(r1.ping())
+        if protocol.error is not None:
+            raise protocol.error
+
+    def _received(self, data: bytes) -> None:
+        """Bytes from the peer: its frames handled at once. Raises what ends the link."""
+        self.last_heard = self.replication.nsqd.now()
         try:
-            while True:
-                async with asyncio.timeout(timeout):
-                    data = await reader.read(256 * 1024)
-                if not data:
-                    if self.up:
-                        raise ConnectionResetError("closed by the peer")
-                    raise ReplicaProtocolError("closed before WELCOME (not a replicating nsqd?)")
-                self.last_heard = replication.nsqd.now()
-                try:
-                    frames = parser.feed(data)
-                except ReplicaProtocolError as exc:
-                    if self.up:
-                        raise
-                    # Go nsqd, or nsqpy without --replica-peer, answers E_BAD_PROTOCOL
-                    hint = "E_BAD_PROTOCOL" if b"E_BAD_PROTOCOL" in data else str(exc)
-                    raise ReplicaProtocolError(f"not a replicating nsqd ({hint})") from None
-                for frame in frames:
-                    self._frame(frame)
-        finally:
-            pinger.cancel()
+            frames = self._parser.feed(data)
+        except ReplicaProtocolError as exc:
+            if self.up:
+                raise
+            # Go nsqd, or nsqpy without --replica-peer, answers E_BAD_PROTOCOL
+            hint = "E_BAD_PROTOCOL" if b"E_BAD_PROTOCOL" in data else str(exc)
+            raise ReplicaProtocolError(f"not a replicating nsqd ({hint})") from None
+        for frame in frames:
+            self._frame(frame)
+
+    def _closed_error(self) -> Exception:
+        if self.up:
+            return ConnectionResetError("closed by the peer")
+        return ReplicaProtocolError("closed before WELCOME (not a replicating nsqd?)")
 
     def _frame(self, frame: r1.Frame) -> None:
         replication = self.replication
@@ -1002,12 +1058,43 @@ class PeerLink:
         if self._writer is not None and not self._writer.is_closing():
             self._writer.writelines(frames)
 
-    async def _ping(self, writer: asyncio.StreamWriter, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            if writer.is_closing():
-                return
-            writer.write(r1.ping())
+
+class _OutboundProtocol(asyncio.Protocol):
+    """The socket of a :class:`PeerLink`'s session: ``ended`` is done once it ended, and
+    ``error`` says why (kept beside the future, so a session cancelled meanwhile leaves no
+    exception unretrieved)."""
+
+    def __init__(self, link: PeerLink) -> None:
+        self.link = link
+        self.transport: asyncio.Transport | None = None
+        self.ended: asyncio.Future[None] = link.replication.nsqd.loop.create_future()
+        self.error: Exception | None = None
+        link._parser = r1.FrameParser()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended.done():
+            return
+        try:
+            self.link._received(data)
+        except (OSError, ReplicaProtocolError, ValueError) as exc:
+            self._end(exc)
+
+    def eof_received(self) -> bool | None:
+        self._end(self.link._closed_error())
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc if exc is not None else self.link._closed_error())
+
+    def _end(self, exc: Exception) -> None:
+        if not self.ended.done():
+            self.error = exc
+            self.ended.set_result(None)
+        if self.transport is not None:
+            self.transport.close()
 
 
 class InboundLink(asyncio.Protocol):

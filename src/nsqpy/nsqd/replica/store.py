@@ -55,8 +55,10 @@ from ...protocol.replica import (
     Put,
     Puts,
     ReplicaProtocolError,
+    Run,
     TopicOp,
     decode_events,
+    decode_run_at,
     encode_events,
     record_count,
 )
@@ -148,6 +150,40 @@ _AT: Final = 2
 _LENGTH: Final = 3
 
 
+class _RunRef:
+    """A :class:`Run`'s messages in the log, one object for all of them (their entry in the
+    topic's table): ``size`` bytes at ``at`` hold their IDs and bodies, split only when read
+    back. Every MPUB a peer replicates passes here, so taking one in is a few dict updates in
+    C, not a loop over its messages. Their attempts are 0: a run is a publish's."""
+
+    __slots__ = ("at", "body_bytes", "count", "size", "timestamp")
+
+    def __init__(self, timestamp: int, at: int, size: int, count: int, body_bytes: int) -> None:
+        self.timestamp = timestamp
+        self.at = at
+        self.size = size
+        self.count = count
+        self.body_bytes = body_bytes
+
+
+#: a message's entry in its topic's table: its own, or its run's
+_Entry = _Message | _RunRef
+#: a message as read back from the log: timestamp, attempts, body
+_Read = tuple[int, int, bytes]
+
+
+def _attempts_of(entry: _Entry) -> int:
+    return 0 if isinstance(entry, _RunRef) else entry[_ATTEMPTS]
+
+
+def _length_of(entry: _Entry) -> int:
+    """A message's body length: a run's messages count as its average, as the length only
+    feeds the estimate of what is live."""
+    if isinstance(entry, _RunRef):
+        return entry.body_bytes // entry.count
+    return entry[_LENGTH]
+
+
 class _Channel:
     """A channel's unfinished copies: ID -> attempts, and the deferred ones' due times."""
 
@@ -164,7 +200,7 @@ class _Topic:
 
     def __init__(self) -> None:
         self.paused = False
-        self.messages: dict[bytes, _Message] = {}
+        self.messages: dict[bytes, _Entry] = {}
         #: IDs waiting in the topic for a Fanout, with a DPUB's due time (0.0: none)
         self.held: dict[bytes, float] = {}
         self.channels: dict[str, _Channel] = {}
@@ -338,8 +374,9 @@ class ReplicaStore:
     def takeover(self) -> Takeover:
         self._check_open()
         now = self._clock()
+        read = self._reader()
         topics = {
-            name: _taken_topic(name, topic, self._body, now) for name, topic in self._topics.items()
+            name: _taken_topic(name, topic, read, now) for name, topic in self._topics.items()
         }
         return Takeover(self.owner, self.incarnation, self._stored_seq, topics)
 
@@ -363,12 +400,36 @@ class ReplicaStore:
 
     # -- the log -----------------------------------------------------------------------
 
-    def _body(self, message: _Message) -> bytes:
-        """A message's body, read from the log."""
-        body = os.pread(self._fd, message[_LENGTH], message[_AT])
-        if len(body) != message[_LENGTH]:
-            raise ReplicaStoreError(f"{self.path.name}: a body at {message[_AT]} is cut short")
-        return body
+    def _reader(self) -> Callable[[bytes, _Entry], _Read | None]:
+        """A function reading a message back from the log, for a takeover or a compaction
+        (which list the messages in the order they were put): a run is read and split once
+        for its messages, the last one kept. None for a message of a run that does not
+        split into its IDs' messages (logged): the owner sent it so, nothing else has it."""
+        last: list[tuple[_RunRef, dict[bytes, bytes]]] = []
+
+        def read(msg_id: bytes, entry: _Entry) -> _Read | None:
+            if not isinstance(entry, _RunRef):
+                return entry[_TIMESTAMP], entry[_ATTEMPTS], self._read(entry[_AT], entry[_LENGTH])
+            if not last or last[0][0] is not entry:
+                last[:] = [(entry, self._run_bodies(entry))]
+            body = last[0][1].get(msg_id)
+            return None if body is None else (entry.timestamp, 0, body)
+
+        return read
+
+    def _run_bodies(self, run: _RunRef) -> dict[bytes, bytes]:
+        try:
+            ids, bodies = decode_run_at(self._read(run.at, run.size))
+        except ReplicaProtocolError as exc:
+            self._log("ERROR", f"{self.path.name}: a run at {run.at} does not read back: {exc}")
+            return {}
+        return dict(zip(ids, bodies, strict=True))
+
+    def _read(self, at: int, length: int) -> bytes:
+        data = os.pread(self._fd, length, at)
+        if len(data) != length:
+            raise ReplicaStoreError(f"{self.path.name}: the bytes at {at} are cut short")
+        return data
 
     def _check_open(self) -> None:
         if self._fd < 0:
@@ -417,16 +478,19 @@ class ReplicaStore:
 
     def _append(self, seq: int, encoded: bytes | memoryview) -> int:
         """Log the encoded events as record ``seq``; where in the file the events start."""
-        record = _record(seq, encoded)
+        head = _record_head(seq, encoded)
+        size = len(head) + len(encoded)
         try:
-            _write_all(self._fd, record)
+            written = os.writev(self._fd, (head, encoded))
+            if written < size:  # a short write: the rest
+                _write_all(self._fd, memoryview(head + bytes(encoded))[written:])
         except OSError:
             # a short write (a full disk) must not leave a torn record for later ones to follow
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, self._log_size)
             raise
         at = self._log_size + _RECORD_HEAD.size
-        self._log_size += len(record)
+        self._log_size += size
         return at
 
     def _temp_path(self) -> Path:
@@ -481,6 +545,7 @@ class ReplicaStore:
     def _snapshot(self, topics: dict[str, _Topic]) -> Iterator[Event]:
         """The index written as events which, applied to an empty store, rebuild it."""
         now = self._clock()
+        read = self._reader()
         for name, topic in topics.items():
             yield TopicOp(name, OP_CREATE)
             if topic.paused:
@@ -489,16 +554,19 @@ class ReplicaStore:
                 yield ChannelOp(name, channel_name, OP_CREATE)
                 if channel.paused:
                     yield ChannelOp(name, channel_name, OP_PAUSE)
-            for msg_id, message in list(topic.messages.items()):
-                body = self._body(message)
-                yield from _message_events(name, topic, msg_id, message, body, now)
+            for msg_id, entry in list(topic.messages.items()):
+                message = read(msg_id, entry)
+                if message is not None:
+                    yield from _message_events(name, topic, msg_id, message, now)
 
     # -- the index ---------------------------------------------------------------------
 
     def _apply_events(self, events: Sequence[Event], at: int) -> None:
         """Apply ``events``, decoded from the log at offset ``at``, to the index."""
         for event in events:
-            if isinstance(event, Puts):
+            if isinstance(event, Run):
+                self._run(event, at + _place(event))
+            elif isinstance(event, Puts):
                 self._puts(event, at + _place(event))
             elif isinstance(event, Put):
                 self._put_message(
@@ -540,7 +608,7 @@ class ReplicaStore:
         self,
         topic_name: str,
         msg_id: bytes,
-        message: _Message,
+        message: _Entry,
         channels: tuple[str, ...] | None,
         due: float,
     ) -> None:
@@ -548,19 +616,22 @@ class ReplicaStore:
         by the topic (``channels`` None) or copied to ``channels``."""
         topic = self._topic(topic_name)
         known = topic.messages.get(msg_id)
+        attempts = _attempts_of(message)
         if known is None:
             topic.messages[msg_id] = message
-            self._live_bytes += message[_LENGTH] + _MESSAGE_COST
-        elif message[_ATTEMPTS] > known[_ATTEMPTS]:
-            timestamp, _, at, length = known
-            message = topic.messages[msg_id] = (timestamp, message[_ATTEMPTS], at, length)
+            self._live_bytes += _length_of(message) + _MESSAGE_COST
+        elif attempts <= _attempts_of(known):
+            attempts = _attempts_of(known)
+        elif isinstance(known, _RunRef):  # the later put's own copy of the body serves
+            topic.messages[msg_id] = message
         else:
-            message = known
+            timestamp, _, at, length = known
+            topic.messages[msg_id] = (timestamp, attempts, at, length)
         if channels is None:
             topic.held[msg_id] = due
             return
         for name in channels:
-            self._add_copy(topic, name, msg_id, message[_ATTEMPTS], due)
+            self._add_copy(topic, name, msg_id, attempts, due)
         if not channels and topic.unused(msg_id):  # put to no channel at all
             self._forget(topic, msg_id)
 
@@ -602,6 +673,35 @@ class ReplicaStore:
         per_message = _MESSAGE_COST + len(copies or ()) * _COPY_COST
         self._live_bytes += body_bytes + count * per_message
 
+    def _run(self, event: Run, at: int) -> None:
+        """A Put of each of the run's messages (with the event's channels, no deferral), the
+        run logged at offset ``at``: when all of them are new, the usual case, in a few dict
+        updates."""
+        topic = self._topic(event.topic)
+        ids = event.ids
+        count = len(ids)
+        run = _RunRef(event.timestamp, at, event.size, count, len(event.bodies))
+        entries = dict.fromkeys(ids, run)
+        channels = event.channels
+        # a run's IDs are new: its owner minted them for one publish, and its stream is sent
+        # once (a resend is skipped by its sequence numbers). So no lookup of each in the
+        # topic's table, which holds every unfinished message; only one ID twice in the run
+        # itself (never from a sound owner) is taken message by message.
+        if channels == () or len(entries) != count:
+            for msg_id in ids:
+                self._put_message(event.topic, msg_id, run, channels, 0.0)
+            return
+        # a copy implies its message: a new message is on no channel yet
+        topic.messages.update(entries)
+        if channels is None:
+            topic.held.update(dict.fromkeys(ids, 0.0))
+        else:
+            fresh = dict.fromkeys(ids, 0)
+            for name in channels:
+                self._channel(topic, name).copies.update(fresh)
+        per_message = _MESSAGE_COST + len(channels or ()) * _COPY_COST
+        self._live_bytes += run.body_bytes + count * per_message
+
     def _add_copy(self, topic: _Topic, name: str, msg_id: bytes, attempts: int, due: float) -> None:
         channel = self._channel(topic, name)
         known = channel.copies.get(msg_id)
@@ -614,8 +714,8 @@ class ReplicaStore:
             channel.deferred[msg_id] = due
 
     def _forget(self, topic: _Topic, msg_id: bytes) -> None:
-        message = topic.messages.pop(msg_id)
-        self._live_bytes -= message[_LENGTH] + _MESSAGE_COST
+        entry = topic.messages.pop(msg_id)
+        self._live_bytes -= _length_of(entry) + _MESSAGE_COST
 
     def _fanout(self, event: Fanout) -> None:
         topic = self._topics.get(event.topic)
@@ -631,7 +731,7 @@ class ReplicaStore:
         # _add_copy per message, inlined: every published message may pass here
         for msg_id in assigned:
             due = held.pop(msg_id)
-            attempts = messages[msg_id][_ATTEMPTS]
+            attempts = _attempts_of(messages[msg_id])
             for channel in channels:
                 copies = channel.copies
                 known = copies.get(msg_id)
@@ -668,7 +768,7 @@ class ReplicaStore:
             dropped += 1
             if msg_id in held or any(msg_id in other for other in others):
                 continue
-            freed += messages.pop(msg_id)[_LENGTH] + _MESSAGE_COST
+            freed += _length_of(messages.pop(msg_id)) + _MESSAGE_COST
         self._live_bytes -= dropped * _COPY_COST + freed
 
     def _drop_copy(self, topic: _Topic, channel: _Channel, msg_id: bytes) -> None:
@@ -755,41 +855,43 @@ def _remaining_ms(due: float, now: float) -> int:
 
 
 def _taken_topic(
-    name: str, topic: _Topic, read: Callable[[_Message], bytes], now: float
+    name: str, topic: _Topic, read: Callable[[bytes, _Entry], _Read | None], now: float
 ) -> TakenTopic:
     """The topic's copies in the order the owner put the messages (oldest first), which a
     compacted log keeps, so a takeover lists the same before and after a rewrite."""
-    bodies: dict[bytes, bytes] = {}
+    messages: dict[bytes, _Read] = {}
+    for msg_id, entry in topic.messages.items():  # read once for all the copies
+        message = read(msg_id, entry)
+        if message is not None:
+            messages[msg_id] = message
 
-    def taken(msg_id: bytes, message: _Message, attempts: int, defer: float) -> TakenMessage:
-        body = bodies.get(msg_id)
-        if body is None:  # read once for all the channels that hold a copy
-            body = bodies[msg_id] = read(message)
-        return TakenMessage(msg_id, message[_TIMESTAMP], attempts, body, defer)
+    def taken(msg_id: bytes, message: _Read, attempts: int, due: float) -> TakenMessage:
+        timestamp, _, body = message
+        return TakenMessage(msg_id, timestamp, attempts, body, _remaining(due, now))
 
     channels = {}
     for channel_name, channel in topic.channels.items():
         copies, deferred = channel.copies, channel.deferred
-        messages = tuple(
-            taken(msg_id, message, copies[msg_id], _remaining(deferred.get(msg_id, 0.0), now))
-            for msg_id, message in topic.messages.items()
+        copied = tuple(
+            taken(msg_id, message, max(copies[msg_id], message[1]), deferred.get(msg_id, 0.0))
+            for msg_id, message in messages.items()
             if msg_id in copies
         )
-        channels[channel_name] = TakenChannel(channel_name, channel.paused, messages)
+        channels[channel_name] = TakenChannel(channel_name, channel.paused, copied)
     held = tuple(
-        taken(msg_id, message, message[_ATTEMPTS], _remaining(topic.held[msg_id], now))
-        for msg_id, message in topic.messages.items()
+        taken(msg_id, message, message[1], topic.held[msg_id])
+        for msg_id, message in messages.items()
         if msg_id in topic.held
     )
     return TakenTopic(name, topic.paused, channels, held)
 
 
 def _message_events(
-    name: str, topic: _Topic, msg_id: bytes, message: _Message, body: bytes, now: float
+    name: str, topic: _Topic, msg_id: bytes, message: _Read, now: float
 ) -> Iterator[Event]:
     """One live message as events: its topic hold, its channel copies, their attempts above
     the message's own and their deferrals."""
-    timestamp, attempts = message[_TIMESTAMP], message[_ATTEMPTS]
+    timestamp, attempts, body = message
     if msg_id in topic.held:
         defer_ms = _remaining_ms(topic.held[msg_id], now)
         yield Put(name, msg_id, timestamp, attempts, body, None, defer_ms)
@@ -843,10 +945,15 @@ def _read_header(handle: BinaryIO) -> _Header:
     return _Header(owner, incarnation, base_seq)
 
 
+def _record_head(seq: int, payload: bytes | memoryview) -> bytes:
+    """The head of a log record of ``payload``, encoded events."""
+    crc = zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq)))
+    return _RECORD_HEAD.pack(len(payload) + _RECORD_FIXED, crc, seq)
+
+
 def _record(seq: int, payload: bytes | memoryview) -> bytes:
     """A log record of ``payload``, encoded events."""
-    crc = zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq)))
-    return b"".join((_RECORD_HEAD.pack(len(payload) + _RECORD_FIXED, crc, seq), payload))
+    return _record_head(seq, payload) + payload
 
 
 def _records(
@@ -884,10 +991,12 @@ def _message_count(event: Event) -> int:
     """What an event counts toward --sync-every: a PUTS its records, any other event one."""
     if isinstance(event, Puts):
         return event.count or record_count(event.records)
+    if isinstance(event, Run):
+        return len(event.ids)
     return 1
 
 
-def _place(event: Put | Puts) -> int:
+def _place(event: Put | Puts | Run) -> int:
     """Where the event's body (records) starts in its batch, as decoded."""
     if event.at < 0:
         raise ValueError("an event not decoded from a batch: its body has no place")

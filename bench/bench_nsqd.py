@@ -75,11 +75,19 @@ def run_tool(tool: str, args: list[str]) -> None:
 # ---------------------------------------------------------------------- side by side with Go
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A free loopback port, never one handed out before in this process: bind(0) may give a
+    port again once its socket is closed, and two servers of one group must not share one."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @dataclass

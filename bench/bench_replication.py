@@ -16,7 +16,9 @@ The topic and channel are created on node 0 (group-wide, so on every node), Go's
 for ``--runfor``: node 0 owns every message, its peers hold copies and drop them on its FINs.
 CPU is user + system time summed over every nsqd of the group: PUB's includes the time the
 peers take to catch up after the writer stops (the lag every node reports, waited to 0), so a
-peer that falls behind is not billed to SUB. ``--latency-rate`` then measures publish ->
+peer that falls behind is not billed to SUB. While the writer runs, a client of the last
+peer sends HTTP /ping one at a time (5 ms apart): its p99 is how long that node's own clients
+wait while it takes in the owner's stream. ``--latency-rate`` then measures publish ->
 deliver p50/p99 at that fixed rate on another fresh group (bench_latency.py's paced producer
 and consumer; 0 skips it). Each PUB's OK waits for its peers' ACK and a connection reads
 no further command meanwhile, so one connection's single PUBs run at most one replication
@@ -31,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import http.client
 import json
 import multiprocessing as mp
 import os
@@ -40,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +61,7 @@ PIPELINED_TOPIC = "pipelined"
 #: single PUBs outstanding at once on the Producer's connection (--pipelined)
 PIPELINED_CONCURRENCY = 200
 CATCH_UP_LIMIT = 60.0  # seconds the peers get to acknowledge everything after the writer
+PING_GAP = 0.005  # seconds between a Pinger's requests
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ class Trial:
     sub_cpu_us: float
     catch_up: float  # seconds after the writer until every peer had acknowledged
     drained: bool  # the reader emptied the channel: SUB is a lower bound
+    peer_ping_p99: float | None  # ms, a peer's /ping while the writer runs (None: no peer)
 
 
 @dataclass
@@ -159,12 +166,50 @@ def wait_until(check: Any, limit: float, what: str) -> float:
     return time.monotonic() - began
 
 
+class Pinger:
+    """HTTP /ping on one nsqd, one at a time on a kept-alive connection with PING_GAP between,
+    while a load runs: how long a client of that node waits (its event loop's stalls)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.latencies: list[float] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Pinger:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.thread.join(10)
+
+    def _run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.http, timeout=10)
+        try:
+            while not self.done.is_set():
+                began = time.perf_counter()
+                conn.request("GET", "/ping")
+                conn.getresponse().read()
+                self.latencies.append(time.perf_counter() - began)
+                self.done.wait(PING_GAP)
+        finally:
+            conn.close()
+
+    def p99_ms(self) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[int(0.99 * (len(ordered) - 1))] * 1000 if ordered else 0.0
+
+
 def throughput(group: Group, args: argparse.Namespace) -> Trial:
     group.create(TOPIC)
     shared = [f"--nsqd-tcp-address=127.0.0.1:{group.head.tcp}", f"--size={args.size}"]
     shared += [f"--topic={TOPIC}", f"--runfor={args.runfor}"]
     before = group.cpu()
-    pub = go_tool(args.go_bin, "bench_writer", [*shared, f"--batch-size={args.batch_size}"])
+    # a peer's clients while it takes in the owner's stream (R=1 has no peer: not pinged)
+    pinger = Pinger(group.servers[-1]) if group.replicated else None
+    with pinger or contextlib.nullcontext():
+        pub = go_tool(args.go_bin, "bench_writer", [*shared, f"--batch-size={args.batch_size}"])
     catch_up = 0.0
     if group.replicated:
         catch_up = wait_until(group.caught_up, CATCH_UP_LIMIT, "the peers caught up")
@@ -180,6 +225,7 @@ def throughput(group: Group, args: argparse.Namespace) -> Trial:
         (after - middle) * 1e6 / (sub * seconds),
         catch_up,
         group.head.channel_depth(TOPIC, CHANNEL) == 0,
+        pinger.p99_ms() if pinger is not None else None,
     )
 
 
@@ -264,6 +310,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{result.catch_up:.1f} s)  SUB {result.sub:10,.0f}/s "
                 f"({result.sub_cpu_us:.2f} us cpu/msg){' DRAINED' if result.drained else ''}"
             )
+            if result.peer_ping_p99 is not None:
+                line += f"  peer /ping p99 {result.peer_ping_p99:.2f} ms"
             if args.latency_rate:
                 lat: Latency = on_fresh_group(scenario, args, latency)
                 latencies[scenario.name].append(lat)
@@ -297,7 +345,8 @@ def print_table(
     )
     heads = ["PUB msgs/s", "SUB msgs/s", "CPU us/msg PUB", "CPU us/msg SUB"]
     picks = ["pub", "sub", "pub_cpu_us", "sub_cpu_us"]
-    lat_heads = [f"p50 ms @{args.latency_rate:,}/s", "p99 ms"] if args.latency_rate else []
+    lat_heads = ["peer /ping p99 ms during PUB"]
+    lat_heads += [f"p50 ms @{args.latency_rate:,}/s", "p99 ms"] if args.latency_rate else []
     if args.pipelined:
         lat_heads.append("pipelined PUB msgs/s (x R=1)")
     print("| | " + " | ".join(f"{h} (x R=1)" for h in heads) + " | " + " | ".join(lat_heads) + " |")
@@ -308,6 +357,8 @@ def print_table(
             value, base = median(scenario.name, pick), median("R=1", pick)
             fmt = ",.0f" if pick in ("pub", "sub") else ".2f"
             cells.append(f"{value:{fmt}} ({value / base if base else 0:.2f}x)")
+        pings = [t.peer_ping_p99 for t in trials[scenario.name] if t.peer_ping_p99 is not None]
+        cells.append(f"{statistics.median(pings):.2f}" if pings else "-")
         runs = latencies[scenario.name]
         if runs:
             mark = "" if all(r.kept_up for r in runs) else " *"

@@ -319,6 +319,40 @@ def test_sync_every_n_and_the_sync_timeout(tmp_path: Path, clock: FakeClock) -> 
     store.close()
 
 
+def test_an_fsync_off_the_loop_covers_what_was_logged_before_it(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The node's runtime fsyncs a store in a thread (begin_sync, end_sync): with
+    --sync-every=1 what counts as stored (what an ACK may cover) is what an fsync that began
+    after it ended; what is logged meanwhile waits for the next; a failed fsync stores
+    nothing and leaves the events unsynced."""
+    store = open_store(tmp_path, clock, sync_every=1)
+    store.apply(1, [put(1)], sync=False)
+    assert store.acks_after_sync and store.sync_wanted() and store.acknowledgeable_seq == 0
+    job = store.begin_sync()
+    assert job is not None
+    fd, seq = job
+    store.apply(2, [put(2), put(3)], sync=False)  # logged while the fsync runs
+    os.fsync(fd)
+    os.close(fd)
+    store.end_sync(seq, ok=True)
+    assert (seq, store.acknowledgeable_seq, store.sync_wanted()) == (1, 1, True)
+    fd, seq = store.begin_sync() or (-1, -1)
+    os.close(fd)
+    store.end_sync(seq, ok=False)
+    assert store.acknowledgeable_seq == 1 and store.sync_wanted()
+    fd, seq = store.begin_sync() or (-1, -1)
+    os.fsync(fd)
+    os.close(fd)
+    store.end_sync(seq, ok=True)
+    assert store.acknowledgeable_seq == 3 and store.begin_sync() is None
+    store.close()
+    lazy = open_store(tmp_path / "lazy", clock, sync_every=100)
+    lazy.apply(1, [put(1)], sync=False)
+    assert not lazy.acks_after_sync and lazy.acknowledgeable_seq == 1  # written is stored
+    lazy.close()
+
+
 # -- durability ----------------------------------------------------------------------------
 
 

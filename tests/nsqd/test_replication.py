@@ -240,15 +240,15 @@ def test_a_waiting_publish_fails_when_its_peer_stops_answering(
 
 @pytest.mark.parametrize(
     ("durable", "publish"),
-    [(False, "pub"), (True, "pub"), (False, "mpub")],
-    ids=["memory", "durable", "memory-mpub"],
+    [(False, "pub"), (True, "pub"), (False, "mpub"), (True, "mpub")],
+    ids=["memory", "durable", "memory-mpub", "durable-mpub"],
 )
 def test_takeover_of_a_killed_node(
     group_factory: Callable[..., Group], durable: bool, publish: str
 ) -> None:
     # --sync-every=1: each ACK at once (with the default the peers ACK at --sync-timeout);
     # durable: --mem-queue-size=0 too, every copy on disk (held until finished);
-    # mpub: in MPUBs of 10, which an owner with a memory queue streams as runs
+    # mpub: in MPUBs of 10, which the owner streams as runs
     extra = ["--sync-every=1", *(["--mem-queue-size=0"] if durable else [])]
     group = group_factory(3, 2, *extra)
     a, b, c = started(group, 3)

@@ -213,9 +213,12 @@ class Topic:
         self.message_count += 1
         self.message_bytes += len(msg.body)
 
-    def put_messages(self, msgs: list[Message]) -> None:
+    def put_messages(
+        self, msgs: list[Message], sized_bodies: bytes | memoryview | None = None
+    ) -> None:
         """An MPUB's messages (never deferred). Callers hold ``nsqd.writes.batched_writes()``, so a
-        refused disk write surfaces after this returns."""
+        refused disk write surfaces after this returns. ``sized_bodies`` as for
+        :meth:`put_batch`."""
         if self.exiting:
             raise TopicError("exiting")
         if not msgs:
@@ -223,7 +226,7 @@ class Topic:
         if self.nsqd.queue_limits.active:  # nsqpy --max-queue-bytes (beyond/queue_limits.py)
             self.nsqd.queue_limits.admit(self, msgs)
         if self.nsqd.replication is not None:  # docs/replication.md: before any copy is made
-            self.nsqd.replication.put(self, msgs)
+            self.nsqd.replication.put(self, msgs, sized_bodies)
         if self._direct_to_channels():
             self._fan_out(msgs)
         else:
@@ -248,7 +251,7 @@ class Topic:
             if self._queues_runs():
                 self.put_run(self.new_run(bodies, timestamp), sized_bodies)
             else:
-                self.put_messages(self.new_messages(bodies, timestamp))
+                self.put_messages(self.new_messages(bodies, timestamp), sized_bodies)
         return syncs
 
     def _queues_runs(self) -> bool:

@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -91,6 +93,7 @@ class _Held:
     link: InboundLink | None = None
     acked: int = 0  # the last sequence number ACKed to the owner (the owner's numbering)
     gone: bool = False  # the owner started anew: this incarnation will not speak again
+    syncing: bool = False  # an fsync of the store runs in the sync thread
 
 
 @dataclass
@@ -177,6 +180,9 @@ class Replication:
         self._applying = False
         self._same_node_id: set[str] = set()  # peers told they share this node's --node-id
         self.started_at = nsqd.now()
+        #: the stores' fsyncs run here, off the loop: a peer's fsync must not stall the
+        #: clients this node serves, nor its reading of the next events meanwhile
+        self._syncer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="replica-sync")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -206,6 +212,7 @@ class Replication:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for link in list(self.inbound):
             link.close()
+        self._syncer.shutdown(wait=True)
         for held in self.held.values():
             with contextlib.suppress(OSError, ReplicaStoreError):
                 held.store.close()
@@ -293,17 +300,21 @@ class Replication:
         msgs: Sequence[Message] | MessageRun,
         sized_bodies: bytes | memoryview | None = None,
     ) -> None:
-        """A topic accepted ``msgs`` (before it copies them anywhere); ``sized_bodies``, a
-        run's bodies as its MPUB carried them, are sent on as they are."""
+        """A topic accepted ``msgs`` (before it copies them anywhere). ``sized_bodies`` are
+        the bodies as their MPUB carried them, for an MPUB's new messages (one publish time,
+        attempts 0): sent on as they are, in a Run."""
         if topic.ephemeral:
             return
         name = topic.name
-        if isinstance(msgs, MessageRun):  # an MPUB's, never deferred
-            ids = tuple(msgs.ids)
-            if sized_bodies is not None:
-                self._put_unassigned(name, Run(name, msgs.timestamp, ids, sized_bodies), ids)
+        if sized_bodies is not None:
+            if isinstance(msgs, MessageRun):
+                ids, timestamp = tuple(msgs.ids), msgs.timestamp
             else:
-                self._put_unassigned(name, Puts(name, framed_run(msgs)[0]), ids)
+                ids, timestamp = tuple(msg.id for msg in msgs), msgs[0].timestamp
+            self._put_unassigned(name, Run(name, timestamp, ids, sized_bodies), ids)
+            return
+        if isinstance(msgs, MessageRun):  # an MPUB's, never deferred
+            self._put_unassigned(name, Puts(name, framed_run(msgs)[0]), tuple(msgs.ids))
             return
         if not any(msg.deferred for msg in msgs):
             ids = tuple(msg.id for msg in msgs)
@@ -545,11 +556,11 @@ class Replication:
             local, applied = 1, 0
         fresh = events[max(0, applied + 1 - local) :]
         try:
-            acknowledge = partial(self._ack, held)
+            written = partial(self._written, held)
             if local >= 1:
-                held.store.apply(local, events, encoded, acknowledge)
+                held.store.apply(local, events, encoded, written, sync=False)
             else:
-                held.store.apply(1, events[1 - local :], stored=acknowledge)
+                held.store.apply(1, events[1 - local :], stored=written, sync=False)
         except SequenceGap as exc:
             raise ReplicaProtocolError(str(exc)) from None
         taken: dict[tuple[str, str], list[bytes]] = {}
@@ -595,13 +606,50 @@ class Replication:
         self.held[(held.owner, held.incarnation)] = fresh
         return fresh
 
+    def _written(self, held: _Held) -> None:
+        """Events are in ``held``'s log, not yet in its index: the fsync the sync settings
+        make due starts (in the sync thread, while the index takes them in and the next
+        events come), and the ACK goes now, or with --sync-every=1 once that fsync is done."""
+        if held.store.sync_wanted():
+            self._start_sync(held)
+        if not held.store.acks_after_sync:
+            self._ack(held)
+
     def _ack(self, held: _Held) -> None:
-        """ACK what the store has written: fsynced with --sync-every=1, else in the page cache
-        with its fsync to follow the sync settings, the same promise as this node's own OK."""
-        stored = held.offset + held.store.applied_seq
+        """ACK what the store holds under the sync settings: fsynced with --sync-every=1, else
+        in the page cache with its fsync to follow them, the same promise as this node's own
+        OK."""
+        stored = held.offset + held.store.acknowledgeable_seq
         if stored > held.acked and held.link is not None:
             held.acked = stored
             held.link.write(r1.ack(stored))
+
+    def _start_sync(self, held: _Held) -> None:
+        """An fsync of ``held``'s store in the sync thread, unless one runs (its end starts
+        the next): the events logged meanwhile go with one fsync, not one each."""
+        if held.syncing:
+            return
+        job = held.store.begin_sync()
+        if job is None:
+            return
+        fd, seq = job
+        held.syncing = True
+        future = self.nsqd.loop.run_in_executor(self._syncer, _fsync_and_close, fd)
+        future.add_done_callback(partial(self._synced, held, seq))
+
+    def _synced(self, held: _Held, seq: int, future: asyncio.Future[None]) -> None:
+        held.syncing = False
+        error = None if future.cancelled() else future.exception()
+        held.store.end_sync(seq, ok=error is None and not future.cancelled())
+        if error is not None:
+            # as a failed write: the owner gets no ACK and links again (a resend follows)
+            self.nsqd.logger.error(f"REPLICA: sync failed for {held.owner}: {error}")
+            if held.link is not None:
+                held.link.close()
+            return
+        self._ack(held)
+        if held.store.sync_wanted():
+            self._start_sync(held)
 
     async def _sync_stores(self) -> None:
         """Sync what --sync-timeout makes due when --sync-every has not yet."""
@@ -610,12 +658,7 @@ class Replication:
             await asyncio.sleep(interval)
             for held in list(self.held.values()):
                 if held.store.sync_due():
-                    try:
-                        held.store.sync()
-                    except OSError as exc:
-                        self.nsqd.logger.error(f"REPLICA: sync failed for {held.owner}: {exc}")
-                        continue
-                    self._ack(held)
+                    self._start_sync(held)
 
     def inbound_lost(self, link: InboundLink) -> None:
         self.inbound.discard(link)
@@ -863,6 +906,13 @@ class Replication:
             "last_seq": last,
             "peers": peers,
         }
+
+
+def _fsync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def event_frames(first: int, events: list[Event]) -> list[bytes]:

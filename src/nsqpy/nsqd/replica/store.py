@@ -307,13 +307,16 @@ class ReplicaStore:
         events: Sequence[Event],
         encoded: bytes | memoryview | None = None,
         stored: Callable[[], None] | None = None,
+        *,
+        sync: bool = True,
     ) -> None:
         """Append events ``seq``, ``seq + 1``, ... to the log and apply them. Events already
         applied (a resend after a reconnect) are skipped; a gap raises :class:`SequenceGap`.
         ``encoded`` is ``encode_events(events)`` if the caller has it (as it came from the
         owner): logged as it is. ``stored`` is called once the events are logged (and
         fsynced if the sync settings say so), before the index takes them in: the owner
-        waits for the ACK it sends, not for the index."""
+        waits for the ACK it sends, not for the index. With ``sync`` False the store does
+        not fsync: the caller does, off its loop (:meth:`sync_wanted`, :meth:`begin_sync`)."""
         self._check_open()
         if seq < 1:
             raise ValueError(f"sequence numbers start at 1, not {seq}")
@@ -331,12 +334,45 @@ class ReplicaStore:
         # --sync-every counts messages, as nsqd's own queues do: a PUTS counts its records
         self._unsynced += sum(map(_message_count, events))
         self._applied_seq = seq + len(events) - 1
-        if self._unsynced >= self._sync_every or self.sync_due():
+        if sync and self.sync_wanted():
             self.sync()
         if stored is not None:
             stored()
         self._apply_events(events, at)
         self._maybe_compact()
+
+    @property
+    def acks_after_sync(self) -> bool:
+        """Whether what is logged counts as stored only once fsynced (--sync-every=1); else
+        once written, its fsync to follow the sync settings, as nsqd's own OK does."""
+        return self._sync_every == 1
+
+    @property
+    def acknowledgeable_seq(self) -> int:
+        """The last sequence number stored under the sync settings' promise."""
+        return self._stored_seq if self.acks_after_sync else self._applied_seq
+
+    def sync_wanted(self) -> bool:
+        """Whether --sync-every or --sync-timeout makes an fsync due."""
+        return self._unsynced >= self._sync_every or self.sync_due()
+
+    def begin_sync(self) -> tuple[int, int] | None:
+        """An fsync to run off the caller's loop: a duplicate of the log's descriptor (for
+        the runner to fsync and close) and the sequence number it covers, for
+        :meth:`end_sync`; None if nothing is unsynced. Later appends count toward the next."""
+        if self._fd < 0 or not self._unsynced:
+            return None
+        self._unsynced = 0
+        return os.dup(self._fd), self._applied_seq
+
+    def end_sync(self, seq: int, ok: bool) -> None:
+        """The fsync :meth:`begin_sync` gave ended: what it covers is stored, or (``ok``
+        False) still unsynced."""
+        if not ok:
+            self._unsynced = max(self._unsynced, 1)
+            return
+        self._stored_seq = max(self._stored_seq, seq)
+        self._last_sync = self._clock()
 
     def sync_due(self) -> bool:
         """Whether events are unsynced and --sync-timeout has passed since the last fsync."""

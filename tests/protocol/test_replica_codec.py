@@ -309,9 +309,10 @@ def test_huge_counts_fail_without_allocating() -> None:
 def test_decoder_accepts_buffers() -> None:
     data = encode_events([Fin("t", "c", (ID,)), Put("t", ID, 1, 1, b"b", ("c",))])
     expected = decode_events(data)
-    assert replica._decode_events_at(bytearray(data), 0) == expected
-    assert replica._decode_events_at(memoryview(b"xy" + data), 2) == expected
-    assert all(type(i) is bytes for i in expected[0].ids)  # type: ignore[union-attr]
+    for buffer, start in ((data, 0), (bytearray(data), 0), (memoryview(b"xy" + data), 2)):
+        decoded = replica._decode_events_at(buffer, start)
+        assert decoded == expected
+        assert all(type(i) is bytes for i in decoded[0].ids)  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- event fuzz

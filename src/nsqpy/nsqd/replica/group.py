@@ -639,8 +639,11 @@ class Replication:
 
     def _synced(self, held: _Held, seq: int, future: asyncio.Future[None]) -> None:
         held.syncing = False
-        error = None if future.cancelled() else future.exception()
-        held.store.end_sync(seq, ok=error is None and not future.cancelled())
+        if future.cancelled():  # the node is exiting: its stores' close() syncs
+            held.store.end_sync(seq, ok=False)
+            return
+        error = future.exception()
+        held.store.end_sync(seq, ok=error is None)
         if error is not None:
             # as a failed write: the owner gets no ACK and links again (a resend follows)
             self.nsqd.logger.error(f"REPLICA: sync failed for {held.owner}: {error}")

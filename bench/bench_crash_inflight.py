@@ -26,7 +26,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+from bench_nsqd import free_port
 from nsqpy.protocol import commands
 from nsqpy.protocol.frames import (
     FRAME_TYPE_ERROR,
@@ -47,13 +47,6 @@ from nsqpy.protocol.message import decode_message
 TOPIC = "crash_bench"
 CHANNEL = "c"
 DURABLE_FLAGS = ["--mem-queue-size=0", "--sync-every=1", "--msg-timeout=2s"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def load() -> str:

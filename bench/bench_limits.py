@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from typing import cast
+
+from bench_nsqd import free_port
 
 TOPIC = "limits"
 CHANNEL = "idle"
@@ -39,12 +40,6 @@ def raise_own_limit() -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def rss_kib(pid: int) -> int:

@@ -499,15 +499,16 @@ class ProtocolV2:
                 raise ProtocolError("E_BAD_BODY", f"MPUB invalid body size {size}")
             raise ProtocolError("E_BAD_BODY", f"MPUB body too big {size} > {opts.max_body_size}")
         bodies = command.messages
-        sized_bodies = None
         if bodies is None:  # the body stopped at a bad count or size: Go's error for it
             assert command.body is not None
             bodies = parse_mpub_body(command.body, opts.max_msg_size, opts.max_body_size)
-        elif command.body is not None:  # the count, then exactly the messages split
-            sized_bodies = memoryview(command.body)[4:]
         replication = self.nsqd.replication
+        sized_bodies = None
         if replication is not None:  # too few peers reachable: Go's E_MPUB_FAILED wording
             replication.refuse_if_short("MPUB")
+            if command.messages is not None and command.body is not None:
+                # the count, then exactly the messages split: sent on to the peers as is
+                sized_bodies = memoryview(command.body)[4:]
         if len(bodies) > MPUB_PUBLISH_SLICE and not self.nsqd.queue_limits.active:
             # (under --max-queue-bytes one put admits or refuses the MPUB as a whole)
             # shielded: like Go, a closing client does not stop the publish of a read MPUB

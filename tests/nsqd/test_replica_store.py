@@ -13,13 +13,13 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nsqpy.internal.lg import Logger
@@ -32,6 +32,9 @@ from nsqpy.nsqd.replica.store import (
     list_stores,
 )
 from nsqpy.protocol.replica import (
+    OP_CREATE,
+    OP_DELETE,
+    OP_EMPTY,
     RECORD_FIXED,
     RECORD_HEAD,
     Attempts,
@@ -692,17 +695,25 @@ def puts_of(run: Run) -> list[Event]:
     return [Put(run.topic, i, run.timestamp, 0, next(bodies), run.channels) for i in run.ids]
 
 
+channel = st.sampled_from(["a", "b"])
 run_steps = st.lists(
     st.one_of(
         # a publish: its count of new messages (the owner mints new IDs for each), and
         # whether one of them comes twice (never from a sound owner)
         st.tuples(st.just("run"), st.integers(1, 6), channel_choices, st.booleans()),
         st.tuples(st.just("fanout"), put_batches, st.sampled_from([(), ("a",), ("b", "a")])),
-        st.tuples(st.just("fin"), put_batches, st.sampled_from(["a", "b"])),
+        st.tuples(st.just("fin"), put_batches, channel),
         st.tuples(st.just("attempts"), st.integers(0, 7), st.integers(1, 5)),
         st.tuples(st.just("defer"), st.integers(0, 7), st.integers(1, 5000)),
+        # a message put again (a requeue's higher attempts), taken over by another node
+        st.tuples(st.just("put"), st.integers(0, 7), st.integers(1, 5)),
+        st.tuples(st.just("forget"), put_batches, channel),
+        # a channel emptied, deleted or created; the topic emptied
+        st.tuples(st.just("channel"), st.sampled_from([OP_EMPTY, OP_DELETE, OP_CREATE]), channel),
+        st.tuples(st.just("topic"), st.just(OP_EMPTY)),
+        st.tuples(st.just("compact")),
     ),
-    max_size=12,
+    max_size=16,
 )
 
 
@@ -741,31 +752,80 @@ def run_step_events(steps: list[Any]) -> Iterator[tuple[list[Event], list[Event]
         elif kind == "attempts":
             event: Event = Attempts("t", "a", mid(step[1]), step[2])
             yield [event], [event]
-        else:
+        elif kind == "defer":
             event = Defer("t", "a", mid(step[1]), step[2])
             yield [event], [event]
+        elif kind == "put" and step[1] < fresh:  # a published message as the owner put it
+            n = step[1]
+            event = Put("t", mid(n), RUN_TIMESTAMP, step[2], b"body-%d" % n, ("a",))
+            yield [event], [event]
+        elif kind == "channel":
+            event = ChannelOp("t", step[2], step[1])
+            yield [event], [event]
+        elif kind == "topic":
+            event = TopicOp("t", step[1])
+            yield [event], [event]
+        else:  # forget and compact act on the stores, not through events; no put of a new ID
+            yield [], []
+
+
+#: each kind of event that touches a message, after two runs that nothing touched yet (kept
+#: whole, indexed message by message only then): a message of the first and of the second
+PENDING_TOUCHES = [
+    ("fin", [1, 3], "a"),
+    ("fanout", [1, 3], ("a",)),
+    ("attempts", 3, 3),
+    ("defer", 1, 100),
+    ("put", 3, 2),
+    ("forget", [1, 3], "a"),
+    ("channel", OP_EMPTY, "a"),
+    ("channel", OP_DELETE, "a"),
+    ("topic", OP_EMPTY),
+    ("topic", OP_DELETE),
+    ("compact",),
+]
+
+
+def with_pending_touches(test: Callable[..., None]) -> Callable[..., None]:
+    for channels in (None, ("a",), ("a", "b")):
+        for touch in PENDING_TOUCHES:
+            steps = [("run", 3, channels, False), ("run", 2, channels, False), touch]
+            test = example(steps=[*steps, ("fin", [0, 4], "b")])(test)
+    return test
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
+@with_pending_touches
 @given(run_steps)
 def test_a_run_leaves_the_store_as_a_put_of_each_message_does(steps: list[Any]) -> None:
-    """A Run (an MPUB's messages taken in with a few dict updates, their bodies split only
-    when read back) against the plain Put of each: the same copies, attempts, deferrals,
-    holds, timestamps and bodies, whatever came before; also after a close and a replay,
-    and after a compaction rewrote the runs as messages."""
+    """A Run (an MPUB's messages kept as one entry until an event touches one of them, their
+    bodies split only when read back) against the plain Put of each: the same copies,
+    attempts, deferrals, holds, timestamps and bodies, whatever came before; also after a
+    close and a replay, and after a compaction rewrote the runs."""
     with tempfile.TemporaryDirectory() as tmp:
         stores = [open_store(Path(tmp) / kind, FakeClock()) for kind in ("run", "plain")]
         feeds = [Feeder(store) for store in stores]
-        for with_runs, plain in run_step_events(steps):
-            feeds[0].send(*with_runs)
-            feeds[1].send(*plain)
+        for step, (with_runs, plain) in zip(steps, run_step_events(steps), strict=True):
+            if with_runs:
+                feeds[0].send(*with_runs)
+                feeds[1].send(*plain)
+            forgotten = []
+            for store in stores:
+                if step[0] == "forget":
+                    forgotten.append(store.forget_copies("t", step[2], [mid(n) for n in step[1]]))
+                elif step[0] == "compact":
+                    store._rewrite(store._snapshot(store._topics))
+            assert forgotten[:1] == forgotten[1:]
+            assert stores[0].live_count() == stores[1].live_count()
         runs, plains = stores
         expected = plains.takeover().topics
         assert runs.takeover().topics == expected
         assert runs.live_count() == plains.live_count()
-        runs.close()
+        # both replayed (a replay brings forgotten copies back: forgetting is not logged);
         # a replay counts a deferral again, and a rewrite rounds it up to the millisecond
-        replayed = open_store(Path(tmp) / "run", FakeClock())
+        runs.close()
+        plains.close()
+        replayed, plains = (open_store(Path(tmp) / kind, FakeClock()) for kind in ("run", "plain"))
         assert coarse(replayed.takeover()) == coarse(plains.takeover())
         replayed._rewrite(replayed._snapshot(replayed._topics))
         assert coarse(replayed.takeover()) == coarse(plains.takeover())
@@ -786,8 +846,8 @@ def test_runs_are_compacted_and_their_bodies_read_back_after_a_reopen(
     for start in range(0, 200, 20):
         batch = ids[start : start + 20]
         feed.send(Run("t", RUN_TIMESTAMP, tuple(batch), sized([bodies[i] for i in batch]), ("a",)))
-    entries = {id(entry) for entry in store._topics["t"].messages.values()}
-    assert len(entries) == 10  # one per run
+    topic = store._topics["t"]
+    assert len(topic.pending) == 10 and not topic.messages  # one entry per run, none per message
 
     def taken(s: ReplicaStore) -> dict[bytes, tuple[int, int, bytes]]:
         messages = s.takeover().topics["t"].channels["a"].messages

@@ -491,16 +491,22 @@ def run_bodies(bodies: bytes | memoryview, count: int) -> list[tuple[int, int]]:
     return places
 
 
-def decode_run_at(data: bytes) -> tuple[tuple[bytes, ...], list[bytes]]:
-    """The IDs and bodies of a run read back from the ``size`` bytes a decoded :class:`Run`
-    reports at its ``at``: ReplicaProtocolError if they do not match (see :func:`run_bodies`)."""
+def split_run_at(data: bytes) -> tuple[tuple[bytes, ...], memoryview]:
+    """The IDs of a run read back from the ``size`` bytes a decoded :class:`Run` reports at
+    its ``at``, and its bodies as :attr:`Run.bodies` holds them, not split."""
     reader = _Reader(data, 0)
     ids = reader.ids()
     size = reader.u32()
     pos = reader.need(size)
     if reader.pos != reader.end:
         raise ReplicaProtocolError(f"{reader.end - reader.pos} bytes after a RUN's bodies")
-    view = memoryview(data)[pos : pos + size]
+    return ids, memoryview(data)[pos : pos + size]
+
+
+def decode_run_at(data: bytes) -> tuple[tuple[bytes, ...], list[bytes]]:
+    """The IDs and bodies of a run read back from the ``size`` bytes a decoded :class:`Run`
+    reports at its ``at``: ReplicaProtocolError if they do not match (see :func:`run_bodies`)."""
+    ids, view = split_run_at(data)
     return ids, [bytes(view[at : at + length]) for at, length in run_bodies(view, len(ids))]
 
 

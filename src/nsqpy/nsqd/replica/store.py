@@ -2,8 +2,8 @@
 
 docs/replication.md ("The peer's store", "Takeover") is the design. The store appends each
 event batch the owner sends to a log, applies it to an index in memory (per topic and channel,
-the unfinished message IDs with their attempts and deferral), and lists the index for a
-takeover. Opening a store replays its log; a record a crash cut short ends the replay.
+the unfinished message IDs with their attempts and deferral; an MPUB's messages as one entry
+until an event touches one of them), and lists the index for a takeover. Opening a store replays its log; a record a crash cut short ends the replay.
 
 One file per owner incarnation, ``<owner>+<incarnation>.replica`` (both percent-quoted):
 
@@ -24,6 +24,7 @@ message is never due earlier than the owner asked, and may be due later by the d
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import math
@@ -31,7 +32,7 @@ import os
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final, NamedTuple
@@ -61,6 +62,7 @@ from ...protocol.replica import (
     decode_run_at,
     encode_events,
     record_count,
+    split_run_at,
 )
 
 MAGIC = b"NSQR1LOG"
@@ -72,8 +74,8 @@ _SEQ = struct.Struct(">Q")
 _RECORD_FIXED = _RECORD_HEAD.size - 4
 #: sequence number of the records of a compacted snapshot
 SNAPSHOT_SEQ = 0
-#: a snapshot is written in records of at most this many events, so no one record (and no one
-#: encoded buffer) grows with the store
+#: a snapshot is written in records of about this many messages' events, so no one record (and
+#: no one encoded buffer) grows with the store
 SNAPSHOT_BATCH = 512
 #: a log smaller than this is never compacted: rewriting it would cost more than it frees
 DEFAULT_COMPACT_FLOOR = 1 << 20
@@ -195,8 +197,37 @@ class _Channel:
         self.deferred: dict[bytes, float] = {}
 
 
+class _PendingRun:
+    """A run taken in but not yet indexed message by message: its messages' entries, and the
+    channels it was put to (None: held by the topic). Nothing has touched its messages since,
+    so they are all as the run left them: on each of ``channels`` (or held), attempts 0, not
+    deferred. A backlog a peer holds for its owner stays in these, one per MPUB, instead of
+    in tables with an entry per message, which grow (and are resized whole) with it."""
+
+    __slots__ = ("channels", "cost", "entries", "last", "ref")
+
+    def __init__(
+        self,
+        ref: _RunRef,
+        entries: dict[bytes, _Entry],
+        channels: tuple[str, ...] | None,
+        last: bytes,
+        cost: int,
+    ) -> None:
+        self.ref = ref
+        self.entries = entries
+        self.channels = channels
+        #: the run's highest ID (its first is its lowest)
+        self.last = last
+        #: what it adds to the estimate of live bytes
+        self.cost = cost
+
+    def copies(self) -> int:
+        return len(self.entries) * (1 if self.channels is None else len(self.channels))
+
+
 class _Topic:
-    __slots__ = ("channels", "held", "messages", "paused")
+    __slots__ = ("channels", "held", "messages", "paused", "pending", "pending_firsts")
 
     def __init__(self) -> None:
         self.paused = False
@@ -204,6 +235,10 @@ class _Topic:
         #: IDs waiting in the topic for a Fanout, with a DPUB's due time (0.0: none)
         self.held: dict[bytes, float] = {}
         self.channels: dict[str, _Channel] = {}
+        #: runs not indexed message by message yet, in ID order, their IDs' ranges apart
+        #: (``pending_firsts`` holds each one's lowest ID, to find the run of an ID)
+        self.pending: list[_PendingRun] = []
+        self.pending_firsts: list[bytes] = []
 
     def unused(self, msg_id: bytes) -> bool:
         """Whether no copy of the message is left: neither the topic's nor a channel's."""
@@ -389,7 +424,9 @@ class ReplicaStore:
     def live_count(self) -> int:
         """Unfinished copies: one per channel holding a message, plus the topic-held ones."""
         return sum(
-            len(topic.held) + sum(len(channel.copies) for channel in topic.channels.values())
+            len(topic.held)
+            + sum(len(channel.copies) for channel in topic.channels.values())
+            + sum(run.copies() for run in topic.pending)
             for topic in self._topics.values()
         )
 
@@ -400,6 +437,7 @@ class ReplicaStore:
         held = topic_index.channels.get(channel) if topic_index is not None else None
         if topic_index is None or held is None:
             return 0
+        self._unpend(topic_index, ids)
         dropped = 0
         for msg_id in ids:
             if msg_id in held.copies:
@@ -411,6 +449,8 @@ class ReplicaStore:
         self._check_open()
         now = self._clock()
         read = self._reader()
+        for topic in self._topics.values():
+            self._unpend_all(topic)
         topics = {
             name: _taken_topic(name, topic, read, now) for name, topic in self._topics.items()
         }
@@ -594,6 +634,9 @@ class ReplicaStore:
                 message = read(msg_id, entry)
                 if message is not None:
                     yield from _message_events(name, topic, msg_id, message, now)
+            for run in list(topic.pending):  # as they came, to stay pending after the rewrite
+                ids, bodies = split_run_at(self._read(run.ref.at, run.ref.size))
+                yield Run(name, run.ref.timestamp, ids, bodies, run.channels)
 
     # -- the index ---------------------------------------------------------------------
 
@@ -651,6 +694,7 @@ class ReplicaStore:
         """A Put: the message (kept as first put, its attempts raised by a later put), held
         by the topic (``channels`` None) or copied to ``channels``."""
         topic = self._topic(topic_name)
+        self._unpend(topic, (msg_id,))
         known = topic.messages.get(msg_id)
         attempts = _attempts_of(message)
         if known is None:
@@ -693,6 +737,7 @@ class ReplicaStore:
             pos += 4 + size
         count = len(ids)
         messages = topic.messages
+        self._unpend(topic, ids)
         if copies == [] or not messages.keys().isdisjoint(ids) or len(set(ids)) != count:
             for msg_id, message in zip(ids, entries, strict=True):
                 self._put_message(event.topic, msg_id, message, event.channels, 0.0)
@@ -711,13 +756,13 @@ class ReplicaStore:
 
     def _run(self, event: Run, at: int) -> None:
         """A Put of each of the run's messages (with the event's channels, no deferral), the
-        run logged at offset ``at``: when all of them are new, the usual case, in a few dict
-        updates."""
+        run logged at offset ``at``: when all of them are new, the usual case, the run waits
+        as one :class:`_PendingRun` until an event touches one of its messages."""
         topic = self._topic(event.topic)
         ids = event.ids
         count = len(ids)
         run = _RunRef(event.timestamp, at, event.size, count, len(event.bodies))
-        entries = dict.fromkeys(ids, run)
+        entries: dict[bytes, _Entry] = dict.fromkeys(ids, run)
         channels = event.channels
         # a run's IDs are new: its owner minted them for one publish, and its stream is sent
         # once (a resend is skipped by its sequence numbers). So no lookup of each in the
@@ -727,16 +772,53 @@ class ReplicaStore:
             for msg_id in ids:
                 self._put_message(event.topic, msg_id, run, channels, 0.0)
             return
+        cost = run.body_bytes + count * (_MESSAGE_COST + len(channels or ()) * _COPY_COST)
+        self._live_bytes += cost
+        first, last = ids[0], ids[-1]
+        pending = topic.pending
+        # an owner mints a topic's IDs in order, so its runs' ranges follow one another;
+        # anything else is indexed now
+        if min(ids) == first and max(ids) == last and (not pending or first > pending[-1].last):
+            pending.append(_PendingRun(run, entries, channels, last, cost))
+            topic.pending_firsts.append(first)
+            for name in channels or ():  # as a Put of its messages would create them
+                self._channel(topic, name)
+        else:
+            self._index_run(topic, entries, channels)
+
+    def _index_run(
+        self, topic: _Topic, entries: dict[bytes, _Entry], channels: tuple[str, ...] | None
+    ) -> None:
+        """A run's new messages into the topic's tables, in a few dict updates."""
         # a copy implies its message: a new message is on no channel yet
         topic.messages.update(entries)
         if channels is None:
-            topic.held.update(dict.fromkeys(ids, 0.0))
+            topic.held.update(dict.fromkeys(entries, 0.0))
         else:
-            fresh = dict.fromkeys(ids, 0)
+            fresh = dict.fromkeys(entries, 0)
             for name in channels:
                 self._channel(topic, name).copies.update(fresh)
-        per_message = _MESSAGE_COST + len(channels or ()) * _COPY_COST
-        self._live_bytes += run.body_bytes + count * per_message
+
+    def _unpend(self, topic: _Topic, ids: Collection[bytes]) -> None:
+        """Index the pending runs that hold any of ``ids``, before an event touches them."""
+        messages, pending, firsts = topic.messages, topic.pending, topic.pending_firsts
+        if not pending or messages.keys() >= set(ids):  # the usual case: indexed already
+            return
+        for msg_id in ids:
+            if msg_id in messages or not pending:
+                continue
+            place = bisect.bisect_right(firsts, msg_id) - 1
+            if place >= 0 and msg_id in pending[place].entries:
+                self._index_pending(topic, place)
+
+    def _unpend_all(self, topic: _Topic) -> None:
+        while topic.pending:
+            self._index_pending(topic, 0)
+
+    def _index_pending(self, topic: _Topic, place: int) -> None:
+        run = topic.pending.pop(place)
+        del topic.pending_firsts[place]
+        self._index_run(topic, run.entries, run.channels)
 
     def _add_copy(self, topic: _Topic, name: str, msg_id: bytes, attempts: int, due: float) -> None:
         channel = self._channel(topic, name)
@@ -757,6 +839,7 @@ class ReplicaStore:
         topic = self._topics.get(event.topic)
         if topic is None:
             return
+        self._unpend(topic, event.ids)
         held, messages = topic.held, topic.messages
         # not unknown, finished, or assigned already
         assigned = [msg_id for msg_id in dict.fromkeys(event.ids) if msg_id in held]
@@ -787,6 +870,7 @@ class ReplicaStore:
         channel = topic.channels.get(event.channel) if topic is not None else None
         if topic is None or channel is None:
             return
+        self._unpend(topic, event.ids)
         copies, deferred, messages, held = (
             channel.copies,
             channel.deferred,
@@ -819,7 +903,10 @@ class ReplicaStore:
         """The channel that holds a copy of the message, if any."""
         topic = self._topics.get(topic_name)
         channel = topic.channels.get(channel_name) if topic is not None else None
-        return channel if channel is not None and msg_id in channel.copies else None
+        if topic is None or channel is None:
+            return None
+        self._unpend(topic, (msg_id,))
+        return channel if msg_id in channel.copies else None
 
     def _attempts(self, event: Attempts) -> None:
         channel = self._copy_of(event.topic, event.channel, event.msg_id)
@@ -841,6 +928,7 @@ class ReplicaStore:
             channel = topic.channels.get(event.channel) if topic is not None else None
             if topic is None or channel is None:
                 return
+            self._unpend_all(topic)
             for msg_id in list(channel.copies):
                 self._drop_copy(topic, channel, msg_id)
             if event.op == OP_DELETE:
@@ -861,6 +949,7 @@ class ReplicaStore:
         if event.op == OP_DELETE:
             topic = self._topics.get(event.topic)
             if topic is not None:
+                self._live_bytes -= sum(run.cost for run in topic.pending)
                 for channel in topic.channels.values():
                     for msg_id in list(channel.copies):
                         self._drop_copy(topic, channel, msg_id)
@@ -871,6 +960,7 @@ class ReplicaStore:
             # Go's topic.Empty(): the topic's own queue only; the channels keep their copies
             topic = self._topics.get(event.topic)
             if topic is not None:
+                self._unpend_all(topic)
                 self._drop_held(topic)
             return
         topic = self._topic(event.topic)
@@ -893,10 +983,10 @@ def _remaining_ms(due: float, now: float) -> int:
 def _taken_topic(
     name: str, topic: _Topic, read: Callable[[bytes, _Entry], _Read | None], now: float
 ) -> TakenTopic:
-    """The topic's copies in the order the owner put the messages (oldest first), which a
-    compacted log keeps, so a takeover lists the same before and after a rewrite."""
+    """The topic's copies oldest first: in ID order, which is the order the owner put them
+    (an owner mints a topic's IDs in order), however the index took them in."""
     messages: dict[bytes, _Read] = {}
-    for msg_id, entry in topic.messages.items():  # read once for all the copies
+    for msg_id, entry in sorted(topic.messages.items()):  # read once for all the copies
         message = read(msg_id, entry)
         if message is not None:
             messages[msg_id] = message
@@ -1040,12 +1130,16 @@ def _place(event: Put | Puts | Run) -> int:
 
 
 def _batches(events: Iterable[Event], size: int) -> Iterator[list[Event]]:
+    """The events in batches of about ``size`` messages (a run counts each of its own)."""
     batch: list[Event] = []
+    messages = 0
     for event in events:
         batch.append(event)
-        if len(batch) >= size:
+        messages += _message_count(event)
+        if messages >= size:
             yield batch
             batch = []
+            messages = 0
     if batch:
         yield batch
 

@@ -1,0 +1,96 @@
+"""A peer's replica store taking in an owner's stream, in-process: no sockets, no other load.
+
+    python bench/bench_replica_store.py --messages 1000000 --trials 3
+
+Each trial opens a fresh store in a temporary directory and applies what an owner streams for
+Go's ``bench_writer`` (MPUBs of ``--batch`` messages of ``--size`` bytes, each one RUN event),
+as a peer's link applies it (encoded bytes in, no fsync on the loop):
+
+- ``held``: a topic without channels, so every message waits in the topic: the peer's backlog
+  grows to ``--messages`` (the replication benchmark's PUB case);
+- ``channel``: a topic with one channel, then a FIN of every message in batches of
+  ``--batch`` (a consumer keeping up: the backlog stays near one batch).
+
+It prints, per scenario, the time per message (median of the trials) and the slowest single
+apply in any trial: a peer's event loop is blocked for that long, its own clients with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from nsqpy.nsqd.guid import GUIDFactory
+from nsqpy.nsqd.replica.store import ReplicaStore
+from nsqpy.protocol.replica import Event, Fin, Run, decode_events, encode_events
+
+TOPIC = "bench"
+CHANNEL = "ch"
+
+
+def runs(count: int, batch: int, size: int, channels: tuple[str, ...] | None) -> Iterator[Run]:
+    guid = GUIDFactory(1)
+    body = (size.to_bytes(4, "big") + b"m" * size) * batch
+    for _ in range(count // batch):
+        yield Run(TOPIC, time.time_ns(), tuple(guid.new_ids(batch)), body, channels)
+
+
+class Applier:
+    """Applies event batches to a store as the peer's link does, timing each."""
+
+    def __init__(self, store: ReplicaStore) -> None:
+        self.store = store
+        self.seq = 1
+        self.spent = 0.0
+        self.slowest = 0.0
+
+    def apply(self, events: list[Event]) -> None:
+        encoded = encode_events(events)
+        decoded = decode_events(encoded)
+        start = time.perf_counter()
+        self.store.apply(self.seq, decoded, encoded, sync=False)
+        took = time.perf_counter() - start
+        self.seq += len(decoded)
+        self.spent += took
+        self.slowest = max(self.slowest, took)
+
+
+def trial(scenario: str, args: argparse.Namespace) -> tuple[float, float]:
+    """Seconds per message and the slowest apply, for one fresh store."""
+    with tempfile.TemporaryDirectory(prefix="bench-replica-") as directory:
+        store = ReplicaStore(Path(directory), "owner:4150", "1", sync_every=10**9, sync_timeout=1e9)
+        applier = Applier(store)
+        channels = None if scenario == "held" else (CHANNEL,)
+        for run in runs(args.messages, args.batch, args.size, channels):
+            applier.apply([run])
+            if channels is not None:
+                applier.apply([Fin(TOPIC, CHANNEL, run.ids)])
+        if store.live_count() != (args.messages if channels is None else 0):
+            raise SystemExit(f"{scenario}: {store.live_count()} copies left")
+        store.close()
+        return applier.spent / args.messages, applier.slowest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=200)
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--scenarios", default="held,channel")
+    args = parser.parse_args()
+    print(f"{args.messages:,} messages of {args.size} B in MPUBs of {args.batch}")
+    print(f"{'scenario':<10} {'µs/msg':>8} {'slowest apply':>14}")
+    for scenario in args.scenarios.split(","):
+        results = [trial(scenario, args) for _ in range(args.trials)]
+        per_message = statistics.median(result[0] for result in results)
+        slowest = max(result[1] for result in results)
+        print(f"{scenario:<10} {per_message * 1e6:>8.3f} {slowest * 1e3:>11.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

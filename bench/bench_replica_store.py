@@ -7,7 +7,10 @@ Go's ``bench_writer`` (MPUBs of ``--batch`` messages of ``--size`` bytes, each o
 as a peer's link applies it (encoded bytes in, no fsync on the loop):
 
 - ``held``: a topic without channels, so every message waits in the topic: the peer's backlog
-  grows to ``--messages`` (the replication benchmark's PUB case);
+  grows to ``--messages``;
+- ``fanout``: the same, each MPUB then copied to one channel by a FANOUT (an owner whose topic
+  reads its backlog back and pumps it to a channel without consumers: the replication
+  benchmark's PUB case);
 - ``channel``: a topic with one channel, then a FIN of every message in batches of
   ``--batch`` (a consumer keeping up: the backlog stays near one batch).
 
@@ -18,6 +21,7 @@ apply in any trial: a peer's event loop is blocked for that long, its own client
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import tempfile
 import time
@@ -26,7 +30,7 @@ from pathlib import Path
 
 from nsqpy.nsqd.guid import GUIDFactory
 from nsqpy.nsqd.replica.store import ReplicaStore
-from nsqpy.protocol.replica import Event, Fin, Run, decode_events, encode_events
+from nsqpy.protocol.replica import Event, Fanout, Fin, Run, decode_events, encode_events
 
 TOPIC = "bench"
 CHANNEL = "ch"
@@ -64,12 +68,14 @@ def trial(scenario: str, args: argparse.Namespace) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="bench-replica-") as directory:
         store = ReplicaStore(Path(directory), "owner:4150", "1", sync_every=10**9, sync_timeout=1e9)
         applier = Applier(store)
-        channels = None if scenario == "held" else (CHANNEL,)
+        channels = (CHANNEL,) if scenario == "channel" else None
         for run in runs(args.messages, args.batch, args.size, channels):
             applier.apply([run])
-            if channels is not None:
+            if scenario == "fanout":
+                applier.apply([Fanout(TOPIC, (CHANNEL,), run.ids)])
+            elif scenario == "channel":
                 applier.apply([Fin(TOPIC, CHANNEL, run.ids)])
-        if store.live_count() != (args.messages if channels is None else 0):
+        if store.live_count() != (0 if scenario == "channel" else args.messages):
             raise SystemExit(f"{scenario}: {store.live_count()} copies left")
         store.close()
         return applier.spent / args.messages, applier.slowest
@@ -81,8 +87,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--scenarios", default="held,channel")
+    parser.add_argument("--scenarios", default="held,fanout,channel")
     args = parser.parse_args()
+    gc.freeze()  # as nsqd does after start-up: the collector walks only what the store adds
     print(f"{args.messages:,} messages of {args.size} B in MPUBs of {args.batch}")
     print(f"{'scenario':<10} {'µs/msg':>8} {'slowest apply':>14}")
     for scenario in args.scenarios.split(","):

@@ -786,12 +786,49 @@ PENDING_TOUCHES = [
 ]
 
 
+#: fan-outs of held runs (of 3 and 2 messages) as the owner's pump sends them: whole runs, and
+#: the first part of one (in memory, and read back from its disk queue in batches)
+PENDING_FANOUTS = [
+    [[0, 1, 2], [3, 4]],
+    [[0, 1, 2, 3, 4]],
+    [[0, 1], [2, 3], [4]],
+    [[0], [1], [2, 3, 4]],
+    [[0, 1, 2, 3], [4]],
+    [[1, 2], [0, 3, 4]],
+]
+
+
 def with_pending_touches(test: Callable[..., None]) -> Callable[..., None]:
+    runs = [("run", 3, None, False), ("run", 2, None, False)]
+    for batches in PENDING_FANOUTS:
+        for channels in [("a",), ("b", "a"), ()]:
+            fanouts = [("fanout", batch, channels) for batch in batches]
+            test = example(steps=[*runs, *fanouts, ("fin", [1, 3], "a"), ("compact",)])(test)
+    # the same batches as a consumer's FINs of runs on one channel or two
+    for batches in PENDING_FANOUTS:
+        for channels in [("a",), ("a", "b"), ("a", "a")]:
+            runs = [("run", 3, channels, False), ("run", 2, channels, False)]
+            fins = [("fin", batch, "a") for batch in batches]
+            test = example(steps=[*runs, *fins, ("compact",), ("fin", [0, 4], "b")])(test)
     for channels in (None, ("a",), ("a", "b")):
         for touch in PENDING_TOUCHES:
             steps = [("run", 3, channels, False), ("run", 2, channels, False), touch]
             test = example(steps=[*steps, ("fin", [0, 4], "b")])(test)
     return test
+
+
+def assert_index_sound(store: ReplicaStore) -> None:
+    """No message without a copy; pending runs each with copies, listed by their first IDs in
+    order, their IDs' ranges apart."""
+    for topic in store._topics.values():
+        on_channels = set().union(*(channel.copies for channel in topic.channels.values()))
+        assert set(topic.messages) == on_channels | set(topic.held)
+        firsts = [min(run.ids) for run in topic.pending]
+        assert topic.pending_firsts == firsts
+        assert all(run.channels is None or run.channels for run in topic.pending)
+        lasts = [max(run.ids) for run in topic.pending]
+        assert lasts == [run.last for run in topic.pending]
+        assert all(last < first for last, first in zip(lasts, firsts[1:], strict=False))
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -817,6 +854,7 @@ def test_a_run_leaves_the_store_as_a_put_of_each_message_does(steps: list[Any]) 
                     store._rewrite(store._snapshot(store._topics))
             assert forgotten[:1] == forgotten[1:]
             assert stores[0].live_count() == stores[1].live_count()
+            assert_index_sound(stores[0])
         runs, plains = stores
         expected = plains.takeover().topics
         assert runs.takeover().topics == expected

@@ -3,7 +3,8 @@
 docs/replication.md ("The peer's store", "Takeover") is the design. The store appends each
 event batch the owner sends to a log, applies it to an index in memory (per topic and channel,
 the unfinished message IDs with their attempts and deferral; an MPUB's messages as one entry
-until an event touches one of them), and lists the index for a takeover. Opening a store replays its log; a record a crash cut short ends the replay.
+until an event touches one of them), and lists the index for a takeover. Opening a store
+replays its log; a record a crash cut short ends the replay.
 
 One file per owner incarnation, ``<owner>+<incarnation>.replica`` (both percent-quoted):
 
@@ -70,6 +71,7 @@ SUFFIX = ".replica"
 _HEADER_SIZE = struct.Struct(">I")
 _RECORD_HEAD = struct.Struct(">IIQ")  # size, crc32, seq
 _SEQ = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
 #: the part of a record's size that is not events: its CRC and sequence number
 _RECORD_FIXED = _RECORD_HEAD.size - 4
 #: sequence number of the records of a compacted snapshot
@@ -198,24 +200,25 @@ class _Channel:
 
 
 class _PendingRun:
-    """A run taken in but not yet indexed message by message: its messages' entries, and the
+    """A run taken in but not yet indexed message by message: its messages' IDs (a dict for
+    their order and a lookup, its values None so the cycle collector never walks it), and the
     channels it was put to (None: held by the topic). Nothing has touched its messages since,
     so they are all as the run left them: on each of ``channels`` (or held), attempts 0, not
     deferred. A backlog a peer holds for its owner stays in these, one per MPUB, instead of
     in tables with an entry per message, which grow (and are resized whole) with it."""
 
-    __slots__ = ("channels", "cost", "entries", "last", "ref")
+    __slots__ = ("channels", "cost", "ids", "last", "ref")
 
     def __init__(
         self,
         ref: _RunRef,
-        entries: dict[bytes, _Entry],
+        ids: dict[bytes, None],
         channels: tuple[str, ...] | None,
         last: bytes,
         cost: int,
     ) -> None:
         self.ref = ref
-        self.entries = entries
+        self.ids = ids
         self.channels = channels
         #: the run's highest ID (its first is its lowest)
         self.last = last
@@ -223,7 +226,7 @@ class _PendingRun:
         self.cost = cost
 
     def copies(self) -> int:
-        return len(self.entries) * (1 if self.channels is None else len(self.channels))
+        return len(self.ids) * (1 if self.channels is None else len(self.channels))
 
 
 class _Topic:
@@ -493,6 +496,21 @@ class ReplicaStore:
 
         return read
 
+    def _pending_event(self, topic: str, run: _PendingRun) -> Run | None:
+        """A pending run's messages as a Run event (a part of the run the owner sent, if a
+        Fanout split it); None if the run does not read back (logged)."""
+        ref = run.ref
+        data = self._read(ref.at, ref.size)
+        if len(run.ids) == ref.count:  # whole: its bytes as they are
+            ids, as_sent = split_run_at(data)
+            return Run(topic, ref.timestamp, ids, as_sent, run.channels)
+        bodies = self._run_bodies(ref)
+        if not bodies:
+            return None
+        parts = [bodies[msg_id] for msg_id in run.ids]
+        sized = b"".join(part for body in parts for part in (_U32.pack(len(body)), body))
+        return Run(topic, ref.timestamp, tuple(run.ids), sized, run.channels)
+
     def _run_bodies(self, run: _RunRef) -> dict[bytes, bytes]:
         try:
             ids, bodies = decode_run_at(self._read(run.at, run.size))
@@ -634,9 +652,10 @@ class ReplicaStore:
                 message = read(msg_id, entry)
                 if message is not None:
                     yield from _message_events(name, topic, msg_id, message, now)
-            for run in list(topic.pending):  # as they came, to stay pending after the rewrite
-                ids, bodies = split_run_at(self._read(run.ref.at, run.ref.size))
-                yield Run(name, run.ref.timestamp, ids, bodies, run.channels)
+            for run in list(topic.pending):  # to stay pending after the rewrite
+                event = self._pending_event(name, run)
+                if event is not None:
+                    yield event
 
     # -- the index ---------------------------------------------------------------------
 
@@ -762,13 +781,15 @@ class ReplicaStore:
         ids = event.ids
         count = len(ids)
         run = _RunRef(event.timestamp, at, event.size, count, len(event.bodies))
-        entries: dict[bytes, _Entry] = dict.fromkeys(ids, run)
+        unique = dict.fromkeys(ids)
         channels = event.channels
+        if channels:  # a pending run's copies count one per channel
+            channels = tuple(dict.fromkeys(channels))
         # a run's IDs are new: its owner minted them for one publish, and its stream is sent
         # once (a resend is skipped by its sequence numbers). So no lookup of each in the
         # topic's table, which holds every unfinished message; only one ID twice in the run
         # itself (never from a sound owner) is taken message by message.
-        if channels == () or len(entries) != count:
+        if channels == () or len(unique) != count:
             for msg_id in ids:
                 self._put_message(event.topic, msg_id, run, channels, 0.0)
             return
@@ -779,23 +800,27 @@ class ReplicaStore:
         # an owner mints a topic's IDs in order, so its runs' ranges follow one another;
         # anything else is indexed now
         if min(ids) == first and max(ids) == last and (not pending or first > pending[-1].last):
-            pending.append(_PendingRun(run, entries, channels, last, cost))
+            pending.append(_PendingRun(run, unique, channels, last, cost))
             topic.pending_firsts.append(first)
             for name in channels or ():  # as a Put of its messages would create them
                 self._channel(topic, name)
         else:
-            self._index_run(topic, entries, channels)
+            self._index_run(topic, run, unique, channels)
 
     def _index_run(
-        self, topic: _Topic, entries: dict[bytes, _Entry], channels: tuple[str, ...] | None
+        self,
+        topic: _Topic,
+        run: _RunRef,
+        ids: dict[bytes, None],
+        channels: tuple[str, ...] | None,
     ) -> None:
-        """A run's new messages into the topic's tables, in a few dict updates."""
+        """A run's new messages ``ids`` into the topic's tables, in a few dict updates."""
         # a copy implies its message: a new message is on no channel yet
-        topic.messages.update(entries)
+        topic.messages.update(dict.fromkeys(ids, run))
         if channels is None:
-            topic.held.update(dict.fromkeys(entries, 0.0))
+            topic.held.update(dict.fromkeys(ids, 0.0))
         else:
-            fresh = dict.fromkeys(entries, 0)
+            fresh = dict.fromkeys(ids, 0)
             for name in channels:
                 self._channel(topic, name).copies.update(fresh)
 
@@ -808,7 +833,7 @@ class ReplicaStore:
             if msg_id in messages or not pending:
                 continue
             place = bisect.bisect_right(firsts, msg_id) - 1
-            if place >= 0 and msg_id in pending[place].entries:
+            if place >= 0 and msg_id in pending[place].ids:
                 self._index_pending(topic, place)
 
     def _unpend_all(self, topic: _Topic) -> None:
@@ -818,7 +843,7 @@ class ReplicaStore:
     def _index_pending(self, topic: _Topic, place: int) -> None:
         run = topic.pending.pop(place)
         del topic.pending_firsts[place]
-        self._index_run(topic, run.entries, run.channels)
+        self._index_run(topic, run.ref, run.ids, run.channels)
 
     def _add_copy(self, topic: _Topic, name: str, msg_id: bytes, attempts: int, due: float) -> None:
         channel = self._channel(topic, name)
@@ -839,10 +864,11 @@ class ReplicaStore:
         topic = self._topics.get(event.topic)
         if topic is None:
             return
-        self._unpend(topic, event.ids)
+        ids = self._fan_out_pending(topic, event.ids, event.channels)
+        self._unpend(topic, ids)
         held, messages = topic.held, topic.messages
         # not unknown, finished, or assigned already
-        assigned = [msg_id for msg_id in dict.fromkeys(event.ids) if msg_id in held]
+        assigned = [msg_id for msg_id in dict.fromkeys(ids) if msg_id in held]
         if not assigned:
             return
         channels = [self._channel(topic, name) for name in event.channels]
@@ -865,12 +891,96 @@ class ReplicaStore:
                 self._forget(topic, msg_id)
         self._live_bytes += added * _COPY_COST
 
+    def _fan_out_pending(
+        self, topic: _Topic, ids: tuple[bytes, ...], channels: tuple[str, ...]
+    ) -> tuple[bytes, ...]:
+        """A Fanout of held pending runs, as the owner's pump sends them: each run it names
+        (see :meth:`_named_pending`) moves to ``channels`` and stays pending. The IDs left."""
+        if not channels:
+            return ids
+        runs, rest = self._named_pending(topic, ids, lambda run: run.channels is None)
+        channels = tuple(dict.fromkeys(channels))
+        for run in runs:
+            self._assign_pending(topic, run, channels)
+        return rest
+
+    def _finish_pending(
+        self, topic: _Topic, ids: tuple[bytes, ...], name: str
+    ) -> tuple[bytes, ...]:
+        """A Fin of pending runs' copies on channel ``name``, as a consumer keeping up
+        finishes them: each run it names (see :meth:`_named_pending`) leaves that channel,
+        and the store once on no channel. The IDs left."""
+        runs, rest = self._named_pending(
+            topic, ids, lambda run: run.channels is not None and name in run.channels
+        )
+        for run in runs:
+            channels = tuple(channel for channel in run.channels or () if channel != name)
+            freed = run.cost if not channels else len(run.ids) * _COPY_COST
+            run.channels = channels
+            run.cost -= freed
+            self._live_bytes -= freed
+            if not channels:
+                place = bisect.bisect_left(topic.pending_firsts, next(iter(run.ids)))
+                del topic.pending[place], topic.pending_firsts[place]
+        return rest
+
+    def _named_pending(
+        self, topic: _Topic, ids: tuple[bytes, ...], fits: Callable[[_PendingRun], bool]
+    ) -> tuple[list[_PendingRun], tuple[bytes, ...]]:
+        """The pending runs that ``ids`` name whole, one after the other from the first ID,
+        each one that ``fits``; and of the next, the first part they name, split off as a run
+        of its own. The IDs after those are left: they take the message-by-message path."""
+        pending, firsts = topic.pending, topic.pending_firsts
+        named: list[_PendingRun] = []
+        pos, end = 0, len(ids)
+        while pos < end and pending:
+            place = bisect.bisect_right(firsts, ids[pos]) - 1
+            if place < 0 or firsts[place] != ids[pos] or not fits(pending[place]):
+                break
+            run_ids = tuple(pending[place].ids)
+            size = len(run_ids)
+            if run_ids == ids[pos : pos + size]:
+                named.append(pending[place])
+                pos += size
+                continue
+            if end - pos < size and run_ids[: end - pos] == ids[pos:]:
+                named.append(self._split_pending(topic, place, end - pos))
+                pos = end
+            break
+        return named, ids[pos:]
+
+    def _split_pending(self, topic: _Topic, place: int, count: int) -> _PendingRun:
+        """Split the pending run at ``place`` after its first ``count`` messages: the first
+        part, a run of its own at ``place`` now."""
+        run = topic.pending[place]
+        run_ids = tuple(run.ids)
+        head_cost = run.cost * count // len(run_ids)
+        head = _PendingRun(
+            run.ref, dict.fromkeys(run_ids[:count]), run.channels, run_ids[count - 1], head_cost
+        )
+        run.ids = dict.fromkeys(run_ids[count:])
+        run.cost -= head_cost
+        topic.pending_firsts[place] = run_ids[count]
+        topic.pending.insert(place, head)
+        topic.pending_firsts.insert(place, run_ids[0])
+        return head
+
+    def _assign_pending(self, topic: _Topic, run: _PendingRun, channels: tuple[str, ...]) -> None:
+        """A held pending run's messages copied to ``channels`` (new copies: attempts 0)."""
+        run.channels = channels
+        added = len(run.ids) * len(channels) * _COPY_COST
+        run.cost += added
+        self._live_bytes += added
+        for name in channels:
+            self._channel(topic, name)
+
     def _fin(self, event: Fin) -> None:
         topic = self._topics.get(event.topic)
         channel = topic.channels.get(event.channel) if topic is not None else None
         if topic is None or channel is None:
             return
-        self._unpend(topic, event.ids)
+        ids = self._finish_pending(topic, event.ids, event.channel)
+        self._unpend(topic, ids)
         copies, deferred, messages, held = (
             channel.copies,
             channel.deferred,
@@ -880,7 +990,7 @@ class ReplicaStore:
         others = [other.copies for other in topic.channels.values() if other is not channel]
         dropped = freed = 0
         # _drop_copy per message, inlined: every finished message passes here
-        for msg_id in event.ids:
+        for msg_id in ids:
             if copies.pop(msg_id, None) is None:
                 continue
             if deferred:

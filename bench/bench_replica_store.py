@@ -12,7 +12,8 @@ as a peer's link applies it (encoded bytes in, no fsync on the loop):
   reads its backlog back and pumps it to a channel without consumers: the replication
   benchmark's PUB case);
 - ``channel``: a topic with one channel, then a FIN of every message in batches of
-  ``--batch`` (a consumer keeping up: the backlog stays near one batch).
+  ``--batch`` (a consumer keeping up: the backlog stays near one batch);
+- ``fin1``: the same, each message finished by a FIN of its own (a consumer with RDY 1).
 
 It prints, per scenario, the time per message (median of the trials) and the slowest single
 apply in any trial: a peer's event loop is blocked for that long, its own clients with it.
@@ -68,14 +69,16 @@ def trial(scenario: str, args: argparse.Namespace) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="bench-replica-") as directory:
         store = ReplicaStore(Path(directory), "owner:4150", "1", sync_every=10**9, sync_timeout=1e9)
         applier = Applier(store)
-        channels = (CHANNEL,) if scenario == "channel" else None
+        channels = (CHANNEL,) if scenario in ("channel", "fin1") else None
         for run in runs(args.messages, args.batch, args.size, channels):
             applier.apply([run])
             if scenario == "fanout":
                 applier.apply([Fanout(TOPIC, (CHANNEL,), run.ids)])
             elif scenario == "channel":
                 applier.apply([Fin(TOPIC, CHANNEL, run.ids)])
-        if store.live_count() != (0 if scenario == "channel" else args.messages):
+            elif scenario == "fin1":
+                applier.apply([Fin(TOPIC, CHANNEL, (msg_id,)) for msg_id in run.ids])
+        if store.live_count() != (0 if channels is not None else args.messages):
             raise SystemExit(f"{scenario}: {store.live_count()} copies left")
         store.close()
         return applier.spent / args.messages, applier.slowest
@@ -87,7 +90,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--scenarios", default="held,fanout,channel")
+    parser.add_argument("--scenarios", default="held,fanout,channel,fin1")
     args = parser.parse_args()
     gc.freeze()  # as nsqd does after start-up: the collector walks only what the store adds
     print(f"{args.messages:,} messages of {args.size} B in MPUBs of {args.batch}")

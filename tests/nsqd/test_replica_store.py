@@ -17,12 +17,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nsqpy.internal.lg import Logger
+from nsqpy.nsqd.replica import store as store_module
 from nsqpy.nsqd.replica.store import (
     DEFAULT_COMPACT_FLOOR,
     ReplicaStore,
@@ -799,21 +801,23 @@ PENDING_FANOUTS = [
 
 
 def with_pending_touches(test: Callable[..., None]) -> Callable[..., None]:
-    runs = [("run", 3, None, False), ("run", 2, None, False)]
+    def runs(channels: tuple[str, ...] | None) -> list[tuple[Any, ...]]:
+        return [("run", 3, channels, False), ("run", 2, channels, False)]
+
     for batches in PENDING_FANOUTS:
-        for channels in [("a",), ("b", "a"), ()]:
-            fanouts = [("fanout", batch, channels) for batch in batches]
-            test = example(steps=[*runs, *fanouts, ("fin", [1, 3], "a"), ("compact",)])(test)
+        for names in [("a",), ("b", "a"), ()]:
+            fanouts = [("fanout", batch, names) for batch in batches]
+            finish = [("fin", [1, 3], "a"), ("compact",)]
+            test = example(steps=[*runs(None), *fanouts, *finish])(test)
     # the same batches as a consumer's FINs of runs on one channel or two
     for batches in PENDING_FANOUTS:
-        for channels in [("a",), ("a", "b"), ("a", "a")]:
-            runs = [("run", 3, channels, False), ("run", 2, channels, False)]
+        for names in [("a",), ("a", "b"), ("a", "a")]:
             fins = [("fin", batch, "a") for batch in batches]
-            test = example(steps=[*runs, *fins, ("compact",), ("fin", [0, 4], "b")])(test)
+            finish = [("compact",), ("fin", [0, 4], "b")]
+            test = example(steps=[*runs(names), *fins, *finish])(test)
     for channels in (None, ("a",), ("a", "b")):
         for touch in PENDING_TOUCHES:
-            steps = [("run", 3, channels, False), ("run", 2, channels, False), touch]
-            test = example(steps=[*steps, ("fin", [0, 4], "b")])(test)
+            test = example(steps=[*runs(channels), touch, ("fin", [0, 4], "b")])(test)
     return test
 
 
@@ -831,15 +835,22 @@ def assert_index_sound(store: ReplicaStore) -> None:
         assert all(last < first for last, first in zip(lasts, firsts[1:], strict=False))
 
 
+@pytest.mark.parametrize("min_split", [1, store_module.MIN_SPLIT])
 @settings(max_examples=200, deadline=None, derandomize=True)
 @with_pending_touches
-@given(run_steps)
-def test_a_run_leaves_the_store_as_a_put_of_each_message_does(steps: list[Any]) -> None:
+@given(steps=run_steps)
+def test_a_run_leaves_the_store_as_a_put_of_each_message_does(
+    min_split: int, steps: list[Any]
+) -> None:
     """A Run (an MPUB's messages kept as one entry until an event touches one of them, their
     bodies split only when read back) against the plain Put of each: the same copies,
     attempts, deferrals, holds, timestamps and bodies, whatever came before; also after a
-    close and a replay, and after a compaction rewrote the runs."""
-    with tempfile.TemporaryDirectory() as tmp:
+    close and a replay, and after a compaction rewrote the runs. With ``min_split`` 1 a
+    batch that ends inside a run splits it; with the default, these small runs never split."""
+    with (
+        mock.patch.object(store_module, "MIN_SPLIT", min_split),
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         stores = [open_store(Path(tmp) / kind, FakeClock()) for kind in ("run", "plain")]
         feeds = [Feeder(store) for store in stores]
         for step, (with_runs, plain) in zip(steps, run_step_events(steps), strict=True):

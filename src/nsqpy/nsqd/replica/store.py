@@ -81,6 +81,10 @@ SNAPSHOT_SEQ = 0
 SNAPSHOT_BATCH = 512
 #: a log smaller than this is never compacted: rewriting it would cost more than it frees
 DEFAULT_COMPACT_FLOOR = 1 << 20
+#: the fewest messages a FANOUT or FIN splits off a pending run (fewer: the run is indexed
+#: message by message), so a trickle of small batches costs each message one index entry, not
+#: a copy of the rest of its run for every batch
+MIN_SPLIT = 32
 #: what a live message and a live copy cost in a compacted log beyond the body, roughly: the
 #: estimate only decides when compaction is worth it
 _MESSAGE_COST = 64
@@ -928,8 +932,9 @@ class ReplicaStore:
         self, topic: _Topic, ids: tuple[bytes, ...], fits: Callable[[_PendingRun], bool]
     ) -> tuple[list[_PendingRun], tuple[bytes, ...]]:
         """The pending runs that ``ids`` name whole, one after the other from the first ID,
-        each one that ``fits``; and of the next, the first part they name, split off as a run
-        of its own. The IDs after those are left: they take the message-by-message path."""
+        each one that ``fits``; and of the next, the first part they name (``MIN_SPLIT`` or
+        more), split off as a run of its own. The IDs after those are left: they take the
+        message-by-message path."""
         pending, firsts = topic.pending, topic.pending_firsts
         named: list[_PendingRun] = []
         pos, end = 0, len(ids)
@@ -943,7 +948,7 @@ class ReplicaStore:
                 named.append(pending[place])
                 pos += size
                 continue
-            if end - pos < size and run_ids[: end - pos] == ids[pos:]:
+            if MIN_SPLIT <= end - pos < size and run_ids[: end - pos] == ids[pos:]:
                 named.append(self._split_pending(topic, place, end - pos))
                 pos = end
             break

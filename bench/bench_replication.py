@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import http.client
+import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -80,6 +81,7 @@ class Trial:
     sub: float
     pub_cpu_us: float
     sub_cpu_us: float
+    pub_cpu_by_node: tuple[float, ...]  # PUB's us/msg of each nsqd: node 0 (the owner) first
     catch_up: float  # seconds after the writer until every peer had acknowledged
     drained: bool  # the reader emptied the channel: SUB is a lower bound
     peer_ping_p99: float | None  # ms, a peer's /ping while the writer runs (None: no peer)
@@ -137,7 +139,10 @@ class Group:
                 print(f"stopping nsqd pid {server.proc and server.proc.pid}: {error}")
 
     def cpu(self) -> float:
-        return sum(cpu_seconds(server.pid) for server in self.servers)
+        return sum(self.cpu_by_node())
+
+    def cpu_by_node(self) -> list[float]:
+        return [cpu_seconds(server.pid) for server in self.servers]
 
     def peers(self, server: Server) -> list[dict[str, Any]]:
         stats = json.loads(server.post("/stats?format=json"))
@@ -205,7 +210,7 @@ def throughput(group: Group, args: argparse.Namespace) -> Trial:
     group.create(TOPIC)
     shared = [f"--nsqd-tcp-address=127.0.0.1:{group.head.tcp}", f"--size={args.size}"]
     shared += [f"--topic={TOPIC}", f"--runfor={args.runfor}"]
-    before = group.cpu()
+    before = group.cpu_by_node()
     # a peer's clients while it takes in the owner's stream (R=1 has no peer: not pinged)
     pinger = Pinger(group.servers[-1]) if group.replicated else None
     with pinger or contextlib.nullcontext():
@@ -213,16 +218,18 @@ def throughput(group: Group, args: argparse.Namespace) -> Trial:
     catch_up = 0.0
     if group.replicated:
         catch_up = wait_until(group.caught_up, CATCH_UP_LIMIT, "the peers caught up")
-    middle = group.cpu()
+    middle = group.cpu_by_node()
     reader = [*shared, f"--rdy={args.rdy}", f"--channel={CHANNEL}"]
     sub = go_tool(args.go_bin, "bench_reader", reader)
     after = group.cpu()
     seconds = parse_seconds(args.runfor)
+    by_node = tuple((m - b) * 1e6 / (pub * seconds) for b, m in zip(before, middle, strict=True))
     return Trial(
         pub,
         sub,
-        (middle - before) * 1e6 / (pub * seconds),
-        (after - middle) * 1e6 / (sub * seconds),
+        sum(by_node),
+        (after - sum(middle)) * 1e6 / (sub * seconds),
+        by_node,
         catch_up,
         group.head.channel_depth(TOPIC, CHANNEL) == 0,
         pinger.p99_ms() if pinger is not None else None,
@@ -293,7 +300,7 @@ def on_fresh_group(scenario: Scenario, args: argparse.Namespace, measure: Any) -
 def run(args: argparse.Namespace) -> int:
     print(
         f"load average before: {format_load()}  cores {os.cpu_count()}  "
-        f"Python {platform.python_version()}  commit {git_commit()}",
+        f"Python {platform.python_version()}  commit {git_commit()}  nsqpy from {nsqpy_source()}",
         flush=True,
     )
     trials: dict[str, list[Trial]] = {s.name: [] for s in SCENARIOS}
@@ -306,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
             trials[scenario.name].append(result)
             line = (
                 f"trial {trial + 1} {scenario.name}: PUB {result.pub:10,.0f}/s "
-                f"({result.pub_cpu_us:.2f} us cpu/msg, peers caught up in "
+                f"({result.pub_cpu_us:.2f} us cpu/msg: {by_node(result)}, peers caught up in "
                 f"{result.catch_up:.1f} s)  SUB {result.sub:10,.0f}/s "
                 f"({result.sub_cpu_us:.2f} us cpu/msg){' DRAINED' if result.drained else ''}"
             )
@@ -345,7 +352,7 @@ def print_table(
     )
     heads = ["PUB msgs/s", "SUB msgs/s", "CPU us/msg PUB", "CPU us/msg SUB"]
     picks = ["pub", "sub", "pub_cpu_us", "sub_cpu_us"]
-    lat_heads = ["peer /ping p99 ms during PUB"]
+    lat_heads = ["CPU us/msg PUB by node: owner / peers", "peer /ping p99 ms during PUB"]
     lat_heads += [f"p50 ms @{args.latency_rate:,}/s", "p99 ms"] if args.latency_rate else []
     if args.pipelined:
         lat_heads.append("pipelined PUB msgs/s (x R=1)")
@@ -357,6 +364,8 @@ def print_table(
             value, base = median(scenario.name, pick), median("R=1", pick)
             fmt = ",.0f" if pick in ("pub", "sub") else ".2f"
             cells.append(f"{value:{fmt}} ({value / base if base else 0:.2f}x)")
+        nodes = zip(*(t.pub_cpu_by_node for t in trials[scenario.name]), strict=True)
+        cells.append(" / ".join(f"{statistics.median(node):.2f}" for node in nodes))
         pings = [t.peer_ping_p99 for t in trials[scenario.name] if t.peer_ping_p99 is not None]
         cells.append(f"{statistics.median(pings):.2f}" if pings else "-")
         runs = latencies[scenario.name]
@@ -380,8 +389,19 @@ def print_table(
         )
 
 
+def by_node(trial: Trial) -> str:
+    return " / ".join(f"{cpu:.2f}" for cpu in trial.pub_cpu_by_node)
+
+
 def format_load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def nsqpy_source() -> str:
+    """Where the nsqd under test is imported from (PYTHONPATH may name an older tree)."""
+    spec = importlib.util.find_spec("nsqpy")
+    origin = spec.origin if spec is not None else None
+    return str(Path(origin).parent.parent) if origin else "unknown"
 
 
 def git_commit() -> str:

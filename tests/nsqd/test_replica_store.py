@@ -831,7 +831,7 @@ def assert_index_sound(store: ReplicaStore) -> None:
         assert topic.pending_firsts == firsts
         assert all(run.channels is None or run.channels for run in topic.pending)
         lasts = [max(run.ids) for run in topic.pending]
-        assert lasts == [run.last for run in topic.pending]
+        assert lasts == [run.last() for run in topic.pending]
         assert all(last < first for last, first in zip(lasts, firsts[1:], strict=False))
 
 

@@ -211,26 +211,28 @@ class _PendingRun:
     deferred. A backlog a peer holds for its owner stays in these, one per MPUB, instead of
     in tables with an entry per message, which grow (and are resized whole) with it."""
 
-    __slots__ = ("channels", "cost", "ids", "last", "ref")
+    __slots__ = ("channels", "ids", "ref")
 
     def __init__(
-        self,
-        ref: _RunRef,
-        ids: dict[bytes, None],
-        channels: tuple[str, ...] | None,
-        last: bytes,
-        cost: int,
+        self, ref: _RunRef, ids: dict[bytes, None], channels: tuple[str, ...] | None
     ) -> None:
         self.ref = ref
         self.ids = ids
         self.channels = channels
-        #: the run's highest ID (its first is its lowest)
-        self.last = last
-        #: what it adds to the estimate of live bytes
-        self.cost = cost
+
+    def last(self) -> bytes:
+        """The run's highest ID (its first is its lowest)."""
+        return next(reversed(self.ids))
 
     def copies(self) -> int:
         return len(self.ids) * (1 if self.channels is None else len(self.channels))
+
+    def cost(self) -> int:
+        """What it adds to the estimate of live bytes: its share of the run's bodies, and
+        each message's and channel copy's (a topic's hold costs nothing more)."""
+        body_bytes = self.ref.body_bytes * len(self.ids) // self.ref.count
+        per_message = _MESSAGE_COST + len(self.channels or ()) * _COPY_COST
+        return body_bytes + len(self.ids) * per_message
 
 
 class _Topic:
@@ -797,14 +799,15 @@ class ReplicaStore:
             for msg_id in ids:
                 self._put_message(event.topic, msg_id, run, channels, 0.0)
             return
-        cost = run.body_bytes + count * (_MESSAGE_COST + len(channels or ()) * _COPY_COST)
-        self._live_bytes += cost
+        self._live_bytes += run.body_bytes + count * (
+            _MESSAGE_COST + len(channels or ()) * _COPY_COST
+        )
         first, last = ids[0], ids[-1]
         pending = topic.pending
         # an owner mints a topic's IDs in order, so its runs' ranges follow one another;
         # anything else is indexed now
-        if min(ids) == first and max(ids) == last and (not pending or first > pending[-1].last):
-            pending.append(_PendingRun(run, unique, channels, last, cost))
+        if min(ids) == first and max(ids) == last and (not pending or first > pending[-1].last()):
+            pending.append(_PendingRun(run, unique, channels))
             topic.pending_firsts.append(first)
             for name in channels or ():  # as a Put of its messages would create them
                 self._channel(topic, name)
@@ -919,10 +922,8 @@ class ReplicaStore:
         )
         for run in runs:
             channels = tuple(channel for channel in run.channels or () if channel != name)
-            freed = run.cost if not channels else len(run.ids) * _COPY_COST
+            self._live_bytes -= run.cost() if not channels else len(run.ids) * _COPY_COST
             run.channels = channels
-            run.cost -= freed
-            self._live_bytes -= freed
             if not channels:
                 place = bisect.bisect_left(topic.pending_firsts, next(iter(run.ids)))
                 del topic.pending[place], topic.pending_firsts[place]
@@ -959,12 +960,8 @@ class ReplicaStore:
         part, a run of its own at ``place`` now."""
         run = topic.pending[place]
         run_ids = tuple(run.ids)
-        head_cost = run.cost * count // len(run_ids)
-        head = _PendingRun(
-            run.ref, dict.fromkeys(run_ids[:count]), run.channels, run_ids[count - 1], head_cost
-        )
+        head = _PendingRun(run.ref, dict.fromkeys(run_ids[:count]), run.channels)
         run.ids = dict.fromkeys(run_ids[count:])
-        run.cost -= head_cost
         topic.pending_firsts[place] = run_ids[count]
         topic.pending.insert(place, head)
         topic.pending_firsts.insert(place, run_ids[0])
@@ -973,9 +970,7 @@ class ReplicaStore:
     def _assign_pending(self, topic: _Topic, run: _PendingRun, channels: tuple[str, ...]) -> None:
         """A held pending run's messages copied to ``channels`` (new copies: attempts 0)."""
         run.channels = channels
-        added = len(run.ids) * len(channels) * _COPY_COST
-        run.cost += added
-        self._live_bytes += added
+        self._live_bytes += len(run.ids) * len(channels) * _COPY_COST
         for name in channels:
             self._channel(topic, name)
 
@@ -1064,7 +1059,7 @@ class ReplicaStore:
         if event.op == OP_DELETE:
             topic = self._topics.get(event.topic)
             if topic is not None:
-                self._live_bytes -= sum(run.cost for run in topic.pending)
+                self._live_bytes -= sum(run.cost() for run in topic.pending)
                 for channel in topic.channels.values():
                     for msg_id in list(channel.copies):
                         self._drop_copy(topic, channel, msg_id)

@@ -35,6 +35,7 @@ from nsqpy.protocol.replica import Event, Fanout, Fin, Run, decode_events, encod
 
 TOPIC = "bench"
 CHANNEL = "ch"
+SCENARIOS = ("held", "fanout", "channel", "fin1")
 
 
 def runs(count: int, batch: int, size: int, channels: tuple[str, ...] | None) -> Iterator[Run]:
@@ -90,8 +91,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--scenarios", default="held,fanout,channel,fin1")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args()
+    unknown = set(args.scenarios.split(",")) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(sorted(unknown))}: choose from {SCENARIOS}")
     gc.freeze()  # as nsqd does after start-up: the collector walks only what the store adds
     print(f"{args.messages:,} messages of {args.size} B in MPUBs of {args.batch}")
     print(f"{'scenario':<10} {'µs/msg':>8} {'slowest apply':>14}")

@@ -139,6 +139,21 @@ def test_batches_round_trip(events: list[Event]) -> None:
     assert decode_events(encode_events(events)) == events
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(min_value=0, max_value=3),
+    st.sampled_from([0, 1, 2, 255, 256, 257, 511, 512, 513, 1000]),
+    st.binary(min_size=0, max_size=3),
+)
+def test_split_ids_gives_each_16_bytes_in_order(pos: int, count: int, tail: bytes) -> None:
+    """IDs are split a chunk of 256 at a time: every count around the chunk's edges gives
+    what slicing gives, from bytes and from a memoryview."""
+    data = bytes(range(pos)) + bytes((i * 7 + 3) % 256 for i in range(count * 16)) + tail
+    expected = tuple(data[pos + i * 16 : pos + (i + 1) * 16] for i in range(count))
+    assert replica.split_ids(data, pos, count) == expected
+    assert replica.split_ids(memoryview(data), pos, count) == expected
+
+
 def test_empty_batch() -> None:
     assert encode_events([]) == b"\x00\x00\x00\x00"
     assert decode_events(b"\x00\x00\x00\x00") == []

@@ -8,7 +8,6 @@ sequence number covers every event up to it.
 from __future__ import annotations
 
 import json
-import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -191,8 +190,8 @@ _ID_U16 = struct.Struct(">16sH")  # id, attempts
 _ID_I64 = struct.Struct(">16sq")  # id, remaining_ms
 
 _OP_CODES = {op: code for code, op in enumerate(OPS)}
-#: splits a run of IDs into bytes objects in one C call
-_ID_RUN = re.compile(rb".{16}", re.DOTALL)
+#: IDs split per C call (a larger run is split a chunk at a time)
+_ID_CHUNK = 256
 
 #: a record of :class:`Puts`: its size, then the message's fixed fields
 RECORD_HEAD = struct.Struct(">IqH16s")  # size, timestamp, attempts, id
@@ -218,6 +217,28 @@ def record_count(records: bytes | memoryview) -> int:
     if pos != end:
         raise ReplicaProtocolError(f"record cut short at {pos - 4 - size}")
     return count
+
+
+@lru_cache(maxsize=_ID_CHUNK + 1)
+def _id_struct(count: int) -> struct.Struct:
+    return struct.Struct("16s" * count)
+
+
+def split_ids(data: bytes | memoryview, pos: int, count: int) -> tuple[bytes, ...]:
+    """The ``count`` IDs laid end to end in ``data`` from ``pos``, each a bytes object: one
+    struct unpack per chunk, several times faster than slicing or a regex."""
+    if count <= _ID_CHUNK:
+        ids: tuple[bytes, ...] = _id_struct(count).unpack_from(data, pos)
+        return ids
+    chunk = _id_struct(_ID_CHUNK)
+    step = _ID_CHUNK * ID_SIZE
+    split: list[bytes] = []
+    while count > _ID_CHUNK:
+        split += chunk.unpack_from(data, pos)
+        pos += step
+        count -= _ID_CHUNK
+    split += _id_struct(count).unpack_from(data, pos)
+    return tuple(split)
 
 
 @lru_cache(maxsize=4096)
@@ -391,7 +412,7 @@ class _Reader:
     def ids(self) -> tuple[bytes, ...]:
         count = self.count(self.u32(), ID_SIZE)
         pos = self.need(count * ID_SIZE)
-        return tuple(_ID_RUN.findall(self.data, pos, pos + count * ID_SIZE))
+        return split_ids(self.data, pos, count)
 
     def op(self) -> str:
         code = self.u8()

@@ -224,7 +224,7 @@ def _id_struct(count: int) -> struct.Struct:
     return struct.Struct("16s" * count)
 
 
-def split_ids(data: bytes | memoryview, pos: int, count: int) -> tuple[bytes, ...]:
+def split_ids(data: bytes | bytearray | memoryview, pos: int, count: int) -> tuple[bytes, ...]:
     """The ``count`` IDs laid end to end in ``data`` from ``pos``, each a bytes object: one
     struct unpack per chunk, several times faster than slicing or a regex."""
     if count <= _ID_CHUNK:

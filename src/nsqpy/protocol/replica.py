@@ -696,6 +696,14 @@ def _decode_frame(frame_type: int, payload: bytes) -> Frame:
     raise ReplicaProtocolError(f"unknown frame type {frame_type}")
 
 
+def _payload(source: bytes | bytearray, start: int, stop: int) -> bytes:
+    """``source[start:stop]`` as bytes, copied once."""
+    if type(source) is bytes:
+        return source[start:stop]
+    with memoryview(source) as view:
+        return bytes(view[start:stop])
+
+
 class FrameParser:
     """Incremental parser of R1 frames: feed it the bytes as they arrive, however split.
 
@@ -719,13 +727,18 @@ class FrameParser:
         if self._error is not None:
             raise self._error
         buf = self._buf
-        buf += data
+        # frames whole in ``data`` are read from it as it is; only a partial frame is
+        # buffered (a 40 KB MPUB's frame copied once, not three times)
+        source: bytes | bytearray = data
+        if buf:
+            buf += data
+            source = buf
         frames: list[Frame] = []
         pos = 0
-        end = len(buf)
+        end = len(source)
         try:
             while end - pos >= 4:
-                size = int(_U32.unpack_from(buf, pos)[0])
+                size = int(_U32.unpack_from(source, pos)[0])
                 if size == 0 or size > self._max_frame_size:
                     raise ReplicaProtocolError(
                         f"frame size {size} not in 1..{self._max_frame_size}"
@@ -733,14 +746,17 @@ class FrameParser:
                 stop = pos + 4 + size
                 if stop > end:
                     break
-                frames.append(_decode_frame(buf[pos + 4], bytes(buf[pos + 5 : stop])))
+                frames.append(_decode_frame(source[pos + 4], _payload(source, pos + 5, stop)))
                 pos = stop
         except ReplicaProtocolError as exc:
             self._error = exc
             buf.clear()
             raise
-        if pos:
-            del buf[:pos]
+        if source is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < end:
+            buf += data[pos:] if pos else data
         return frames
 
     @property

@@ -303,11 +303,13 @@ def _encode_put(event: Put) -> bytes:
     )
 
 
-def _encode_run(event: Run) -> bytes:
-    if not event.ids:
-        raise ReplicaProtocolError("RUN without messages")
-    return b"".join(
-        (
+def _encode_parts(event: Event) -> tuple[bytes | memoryview, ...]:
+    """An event's encoding in parts, joined once for the whole frame: a RUN's bodies and a
+    PUTS's records (an MPUB's bytes, tens of KB) are not copied into an event of their own."""
+    if isinstance(event, Run):
+        if not event.ids:
+            raise ReplicaProtocolError("RUN without messages")
+        return (
             b"\x09",
             _str(event.topic),
             _channels(event.channels),
@@ -316,20 +318,19 @@ def _encode_run(event: Run) -> bytes:
             _U32.pack(len(event.bodies)),
             event.bodies,
         )
-    )
-
-
-def _encode_one(event: Event) -> bytes:
     if isinstance(event, Puts):
         records = event.records
         if not records:
             raise ReplicaProtocolError("PUTS without records")
         head = b"\x08" + _str(event.topic) + _channels(event.channels)
-        return head + _U32.pack(len(records)) + records
+        return head, _U32.pack(len(records)), records
+    return (_encode_one(event),)
+
+
+def _encode_one(event: Event) -> bytes:
+    """Any event but a RUN or a PUTS (see :func:`_encode_parts`)."""
     if isinstance(event, Put):
         return _encode_put(event)
-    if isinstance(event, Run):
-        return _encode_run(event)
     if isinstance(event, Fin):
         return b"\x03" + _str(event.topic) + _str(event.channel) + _ids(event.ids)
     if isinstance(event, Fanout):
@@ -352,12 +353,20 @@ def encode_events(events: Sequence[Event]) -> bytes:
 
     Raises ReplicaProtocolError for a value the format cannot carry (an ID that is not 16
     bytes, attempts beyond BE16, a negative deferral, an unknown op, a name beyond 64 KiB)."""
+    return b"".join(_batch_parts(events))
+
+
+def _batch_parts(events: Sequence[Event]) -> list[bytes | memoryview]:
+    """:func:`encode_events` in parts, for one join with whatever goes before them."""
+    parts: list[bytes | memoryview] = [_U32.pack(len(events))]
     try:
-        return _U32.pack(len(events)) + b"".join(map(_encode_one, events))
+        for event in events:
+            parts += _encode_parts(event)
     except struct.error as exc:
         raise ReplicaProtocolError(f"event field out of range: {exc}") from None
     except UnicodeEncodeError as exc:
         raise ReplicaProtocolError(f"name is not encodable as UTF-8: {exc}") from None
+    return parts
 
 
 class _Reader:
@@ -629,7 +638,11 @@ def welcome(info: Mapping[str, Any]) -> bytes:
 
 
 def events(first_seq: int, batch: Sequence[Event]) -> bytes:
-    return _frame(FRAME_EVENTS, _seq(first_seq) + encode_events(batch))
+    """An EVENTS frame, its events' bytes copied once (an MPUB's bodies among them)."""
+    seq = _seq(first_seq)
+    parts = _batch_parts(batch)
+    size = 1 + len(seq) + sum(map(len, parts))
+    return b"".join((FRAME_HEAD.pack(size, FRAME_EVENTS), seq, *parts))
 
 
 def ack(seq: int) -> bytes:

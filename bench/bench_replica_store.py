@@ -16,7 +16,9 @@ as a peer's link applies it (encoded bytes in, no fsync on the loop):
 - ``fin1``: the same, each message finished by a FIN of its own (a consumer with RDY 1).
 
 It prints, per scenario, the time per message (median of the trials) and the slowest single
-apply in any trial: a peer's event loop is blocked for that long, its own clients with it.
+apply in any trial: a peer's event loop is blocked for that long, its own clients with it;
+and apart from those, the time per message the link's frame parser takes to read the EVENTS
+frames (``FrameParser.feed``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from pathlib import Path
 
 from nsqpy.nsqd.guid import GUIDFactory
 from nsqpy.nsqd.replica.store import ReplicaStore
-from nsqpy.protocol.replica import Event, Fanout, Fin, Run, decode_events, encode_events
+from nsqpy.protocol.replica import Event, Events, Fanout, Fin, FrameParser, Run
+from nsqpy.protocol.replica import events as events_frame
 
 TOPIC = "bench"
 CHANNEL = "ch"
@@ -46,27 +49,34 @@ def runs(count: int, batch: int, size: int, channels: tuple[str, ...] | None) ->
 
 
 class Applier:
-    """Applies event batches to a store as the peer's link does, timing each."""
+    """Applies event batches to a store as the peer's link does, timing each: the EVENTS
+    frame parsed (``decoding``), then applied."""
 
     def __init__(self, store: ReplicaStore) -> None:
         self.store = store
+        self.parser = FrameParser()
         self.seq = 1
+        self.decoding = 0.0
         self.spent = 0.0
         self.slowest = 0.0
 
     def apply(self, events: list[Event]) -> None:
-        encoded = encode_events(events)
-        decoded = decode_events(encoded)
+        frame = events_frame(self.seq, events)
         start = time.perf_counter()
-        self.store.apply(self.seq, decoded, encoded, sync=False)
+        (parsed,) = self.parser.feed(frame)
+        self.decoding += time.perf_counter() - start
+        assert isinstance(parsed, Events)
+        start = time.perf_counter()
+        self.store.apply(self.seq, parsed.events, parsed.encoded, sync=False)
         took = time.perf_counter() - start
-        self.seq += len(decoded)
+        self.seq += len(parsed.events)
         self.spent += took
         self.slowest = max(self.slowest, took)
 
 
-def trial(scenario: str, args: argparse.Namespace) -> tuple[float, float]:
-    """Seconds per message and the slowest apply, for one fresh store."""
+def trial(scenario: str, args: argparse.Namespace) -> tuple[float, float, float]:
+    """Seconds per message applying and decoding, and the slowest apply, for one fresh
+    store."""
     with tempfile.TemporaryDirectory(prefix="bench-replica-") as directory:
         store = ReplicaStore(Path(directory), "owner:4150", "1", sync_every=10**9, sync_timeout=1e9)
         applier = Applier(store)
@@ -82,7 +92,7 @@ def trial(scenario: str, args: argparse.Namespace) -> tuple[float, float]:
         if store.live_count() != (0 if channels is not None else args.messages):
             raise SystemExit(f"{scenario}: {store.live_count()} copies left")
         store.close()
-        return applier.spent / args.messages, applier.slowest
+        return applier.spent / args.messages, applier.decoding / args.messages, applier.slowest
 
 
 def main() -> None:
@@ -98,12 +108,16 @@ def main() -> None:
         parser.error(f"unknown scenario {', '.join(sorted(unknown))}: choose from {SCENARIOS}")
     gc.freeze()  # as nsqd does after start-up: the collector walks only what the store adds
     print(f"{args.messages:,} messages of {args.size} B in MPUBs of {args.batch}")
-    print(f"{'scenario':<10} {'µs/msg':>8} {'slowest apply':>14}")
+    print(f"{'scenario':<10} {'µs/msg':>8} {'slowest apply':>14} {'decode µs/msg':>14}")
     for scenario in args.scenarios.split(","):
         results = [trial(scenario, args) for _ in range(args.trials)]
         per_message = statistics.median(result[0] for result in results)
-        slowest = max(result[1] for result in results)
-        print(f"{scenario:<10} {per_message * 1e6:>8.3f} {slowest * 1e3:>11.1f} ms")
+        decoding = statistics.median(result[1] for result in results)
+        slowest = max(result[2] for result in results)
+        print(
+            f"{scenario:<10} {per_message * 1e6:>8.3f} {slowest * 1e3:>11.1f} ms "
+            f"{decoding * 1e6:>14.3f}"
+        )
 
 
 if __name__ == "__main__":

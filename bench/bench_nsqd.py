@@ -248,14 +248,20 @@ def read_channels(bench_dir: str | None, reader: list[str], names: list[str]) ->
     return total
 
 
+def create_channels(server: Server, topic: str, count: int) -> list[str]:
+    """The topic and its ``count`` bench channels created over HTTP; the channels' names."""
+    server.post(f"/topic/create?topic={topic}")
+    names = channel_names(count)
+    for name in names:
+        server.post(f"/channel/create?topic={topic}&channel={name}")
+    return names
+
+
 def go_trial(server: Server, load: Load) -> Trial:
     """One fresh nsqd: topic and channels created, the writer, then the reader(s)."""
     server.start()
     try:
-        server.post(f"/topic/create?topic={load.topic}")
-        names = channel_names(load.channels)
-        for name in names:
-            server.post(f"/channel/create?topic={load.topic}&channel={name}")
+        names = create_channels(server, load.topic, load.channels)
         shared = [f"--nsqd-tcp-address=127.0.0.1:{server.tcp}", f"--size={load.size}"]
         shared.append(f"--topic={load.topic}")
         writer = [*shared, f"--runfor={load.writer_runfor}", f"--batch-size={load.batch_size}"]

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_nsqd import Server, channel_names, cpu_seconds, parse_seconds, read_channels
+from bench_nsqd import Server, cpu_seconds, create_channels, parse_seconds, read_channels
 from nsqpy.protocol.commands import mpub
 
 TOPIC = "sub_bench"
@@ -92,10 +92,7 @@ def trial(server: Server, args: argparse.Namespace) -> tuple[float, float, bool]
     nsqd CPU per message, and whether a reader ran dry."""
     server.start()
     try:
-        server.post(f"/topic/create?topic={TOPIC}")
-        names = channel_names(args.channels)
-        for name in names:
-            server.post(f"/channel/create?topic={TOPIC}&channel={name}")
+        names = create_channels(server, TOPIC, args.channels)
         share = args.messages // 2
         writers = [threading.Thread(target=publish, args=(server.tcp, share)) for _ in range(2)]
         for writer in writers:

@@ -4,9 +4,9 @@
 
 Go's bench.sh (and ``bench_table.py``) reads for ``--runfor`` right after the writer's
 ``--runfor``: a SUB figure then also carries what the PUB phase left undone or spilled. A
-server that publishes more in the same time starts SUB with a larger backlog: copies still to
-be made, or copies that overflowed ``--mem-queue-size`` into the channels' disk queues and are
-fsynced while the readers read. Here every server gets the same work instead:
+server that publishes more in the same time starts SUB from another state: a larger backlog in
+the topic, copies still to be made, or copies that overflowed ``--mem-queue-size`` into the
+channels' disk queues. Here every server gets the same work instead:
 
 1. a fresh nsqd with ``--mem-queue-size`` (default 1000000) and ``--channels`` channels;
 2. exactly ``--messages`` messages published (MPUBs of 200 messages of 200 bytes, two

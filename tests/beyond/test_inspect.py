@@ -15,7 +15,16 @@ from nsqpy.nsqd.beyond.inspect import AUTH_SECRET_HEADER
 from nsqpy.testing import DaemonProcess
 
 from ..nsqd.nsqd_transport_support import AuthQuery, AuthServer
-from ..raw_v2 import NsqConn, channel_stats, decode_message, http_ok, http_request, q, unique
+from ..raw_v2 import (
+    NsqConn,
+    channel_stats,
+    decode_message,
+    http_ok,
+    http_request,
+    q,
+    unique,
+    wait_until,
+)
 from .support import launch
 
 
@@ -200,7 +209,8 @@ def test_inspection_needs_the_grant_a_sub_needs(
         "secret": ["reader"],
         "tls": ["false"],
     }
-    assert "AUTH failed for 127.0.0.1" in nsqd.log  # the unknown secret
+    # the unknown secret, logged before the answer but read from stderr by another thread
+    wait_until(lambda: "AUTH failed for 127.0.0.1" in nsqd.log, what="the auth failure logged")
 
 
 def test_inspection_without_auth_needs_no_secret(

@@ -316,7 +316,9 @@ def test_auth_server_down(daemons: Daemons) -> None:
     with NsqConn(nsqd.tcp_address) as conn:
         conn.send(auth_cmd(SECRET))
         conn.expect_error("E_AUTH_FAILED AUTH failed")
-    assert "AUTH failed failed to auth against 127.0.0.1:" in nsqd.log
+    # logged before the error is sent, but read from nsqd's stderr by another thread
+    logged = "AUTH failed failed to auth against 127.0.0.1:"
+    wait_until(lambda: logged in nsqd.log, what="the auth failure in nsqd's log")
 
 
 def test_auth_server_too_slow(daemons: Daemons, auth: AuthServer) -> None:

@@ -799,15 +799,14 @@ class ReplicaStore:
             for msg_id in ids:
                 self._put_message(event.topic, msg_id, run, channels, 0.0)
             return
-        self._live_bytes += run.body_bytes + count * (
-            _MESSAGE_COST + len(channels or ()) * _COPY_COST
-        )
+        whole = _PendingRun(run, unique, channels)
+        self._live_bytes += whole.cost()
         first, last = ids[0], ids[-1]
         pending = topic.pending
         # an owner mints a topic's IDs in order, so its runs' ranges follow one another;
         # anything else is indexed now
         if min(ids) == first and max(ids) == last and (not pending or first > pending[-1].last()):
-            pending.append(_PendingRun(run, unique, channels))
+            pending.append(whole)
             topic.pending_firsts.append(first)
             for name in channels or ():  # as a Put of its messages would create them
                 self._channel(topic, name)

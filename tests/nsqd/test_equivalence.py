@@ -6,9 +6,11 @@
 - ``Channel.finish_many`` (a run of IDs in one pass) and ``Channel.finish_message`` (one ID):
   the same failures at the same IDs and the same state after, held mode included;
 - a window of messages sent when RDY rises (``Channel.start_in_flight_many``) and messages
-  handed over one by one as they arrive (``Channel.deliver``);
+  handed over one by one as they arrive (``Channel.deliver``); so are MPUBs' runs queued
+  unbuilt, each message built straight into flight (``Channel.start_run_in_flight``);
 - a Message built by ``Message.__init__``, :meth:`Message.copy`, :func:`own_copies`,
-  :func:`message_from_bytes` and :func:`decode_records`: equal in every slot;
+  :func:`message_from_bytes`, :func:`decode_records` and :func:`frame_run_in_flight`: equal
+  in every slot;
 - a fan-out batch framed for the disk queues at once (``framed_records``, ``framed_run``) and
   each message encoded and size-prefixed on its own;
 - an MPUB's messages queued unbuilt (``Topic.put_run``, a MessageRun) and as messages
@@ -27,6 +29,7 @@ import os
 import struct
 import tempfile
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ from nsqpy.nsqd.message import (
     Message,
     MessageRun,
     decode_records,
+    frame_run_in_flight,
     message_from_bytes,
     own_copies,
 )
@@ -411,6 +415,85 @@ def test_a_window_and_one_by_one_deliveries_agree(
     assert window == one_by_one
 
 
+async def _run_delivery_scenario(
+    data_path: Path,
+    window: bool,
+    bodies: list[bytes],
+    duplicates: list[int],
+    run_cuts: list[int],
+    first_window: int,
+    consumer_timeout: float,
+) -> dict[str, object]:
+    clock = FakeClock()
+    async with in_process_nsqd(data_path, clock, msg_timeout=MSG_TIMEOUT) as nsqd:
+        channel = nsqd.get_topic("t").get_channel("c")
+        await loop_turns()  # the metadata write the new channel scheduled
+        consumer = FakeConsumer(1, msg_timeout=consumer_timeout)
+        consumer.subscribe(channel)
+        ids = [msg_id(index) for index in range(len(bodies))]
+        ids += [ids[i % len(ids)] for i in duplicates]
+        bodies = bodies + [b"dup"] * len(duplicates)
+        if window:
+            # queued as MPUBs' runs while nobody is ready, then taken in two windows
+            for start, stop in pairwise([0, *sorted({c % len(ids) for c in run_cuts}), len(ids)]):
+                if stop > start:
+                    channel.put_messages(
+                        MessageRun(ids[start:stop], bodies[start:stop], clock.wall)
+                    )
+            consumer.rdy(first_window % (len(ids) + 1))
+            consumer.rdy(len(ids))
+        else:
+            consumer.rdy(len(ids))
+            for message_id, body in zip(ids, bodies, strict=True):
+                channel.put_message(Message(message_id, body, clock.wall))
+        seen: dict[str, object] = {
+            "wire": bytes(consumer.wire),
+            "in flight": [
+                (m.id, m.attempts, m.pri, m.delivery_ts, m.group is channel.in_flight)
+                for m in channel.in_flight.values()
+            ],
+            "groups": sorted(
+                (timeout, sorted(group)) for timeout, group in channel._in_flight_groups.items()
+            ),
+            "consumer": consumer.in_flight_count,
+        }
+        clock.advance(max(consumer_timeout, MSG_TIMEOUT) + 1)
+        nsqd.scan_queues()
+        seen["redelivered"] = bytes(consumer.wire)
+        seen["counters"] = channel_counters(channel)
+    return seen
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    bodies=st.lists(st.binary(max_size=40), min_size=1, max_size=12),
+    duplicates=st.lists(st.integers(min_value=0, max_value=20), max_size=3),
+    run_cuts=st.lists(st.integers(min_value=0, max_value=20), max_size=4),
+    first_window=st.integers(min_value=0, max_value=20),
+    consumer_timeout=st.sampled_from([MSG_TIMEOUT, 5.0]),
+)
+def test_queued_runs_taken_in_windows_and_one_by_one_deliveries_agree(
+    bodies: list[bytes],
+    duplicates: list[int],
+    run_cuts: list[int],
+    first_window: int,
+    consumer_timeout: float,
+) -> None:
+    """MPUBs' runs queued unbuilt and put in flight as they are framed
+    (``Channel.start_run_in_flight``), a window ending inside a run, second copies of an ID
+    in flight, a consumer timeout of its own: the same frames, in-flight state, groups and
+    timeouts as each message handed over as it arrives."""
+    windows, one_by_one = run_twice(
+        _run_delivery_scenario,
+        bodies,
+        duplicates,
+        run_cuts,
+        first_window,
+        consumer_timeout,
+    )
+    assert windows == one_by_one
+
+
 # --------------------------------------------------------------------------- Message builders
 
 
@@ -462,6 +545,21 @@ def test_every_message_builder_gives_the_same_message(
     # a MessageRun builds a published message: attempts 0, no deferral
     (from_run,) = MessageRun([msg_id], [body], timestamp).messages()
     assert slots(from_run) == slots(Message(msg_id, body, timestamp))
+
+    # ... and frames it straight into flight: that message, delivered once
+    in_flight: dict[bytes, Message] = {}
+    frames: list[bytes] = []
+    owner = FakeConsumer(1)
+    run = MessageRun([msg_id], [body], timestamp)
+    counts = frame_run_in_flight(run, in_flight, in_flight, owner, 2.0, 32.0, frames)
+    delivered = Message(msg_id, body, timestamp, 1)
+    delivered.client = owner
+    delivered.delivery_ts = 2.0
+    delivered.pri = 32.0
+    delivered.group = in_flight
+    assert counts == (1, len(body))
+    assert slots(in_flight[msg_id]) == slots(delivered)
+    assert b"".join(frames) == delivered.frame()
 
 
 def test_a_record_too_short_is_an_error_in_both_decoders() -> None:

@@ -28,7 +28,7 @@ from .backend import Backend, read_messages
 from .beyond.channel_held import HeldDelivery
 from .errors import BackendWriteError
 from .memory_queue import ChannelMemory, RunQueue, cut
-from .message import Message, MessageRun, own_copies
+from .message import Message, MessageRun, frame_run_in_flight, own_copies
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -202,19 +202,41 @@ class Channel:
             if client.sample_rate:
                 self._pump_sampled(client)
             else:
-                msgs = self._take(want)
-                if msgs:
-                    frames: list[bytes] = []
-                    sent, size = self.start_in_flight_many(msgs, client, self.nsqd.now(), frames)
-                    if sent:
-                        client.send_messages(frames, sent, size)
+                self._send_window(client, want)
         client.after_deliveries()
+
+    def _send_window(self, client: Consumer, want: int) -> None:
+        """Up to ``want`` messages put in flight to ``client`` and sent in one write, in queue
+        order: the memory queue's runs first (an MPUB's :class:`MessageRun` built straight into
+        flight, a run of messages each made this channel's own copy), then the backend's."""
+        frames: list[bytes] = []
+        now = self.nsqd.now()
+        sent = size = taken = 0
+        for run in self.memory_queue.take_runs(want):
+            taken += len(run)
+            if type(run) is MessageRun:
+                run_sent, run_size = self.start_run_in_flight(run, client, now, frames)
+            else:
+                run_sent, run_size = self.start_in_flight_many(own_copies(run), client, now, frames)
+            sent += run_sent
+            size += run_size
+        if taken < want:
+            msgs = self._take_backend([], want - taken)
+            if msgs:
+                run_sent, run_size = self.start_in_flight_many(msgs, client, now, frames)
+                sent += run_sent
+                size += run_size
+        if sent:
+            client.send_messages(frames, sent, size)
 
     def _take(self, count: int) -> list[Message]:
         """Up to ``count`` messages from the memory queue, then from the backend (a message
         the topic shares between channels becomes this channel's own copy here)."""
-        msgs = own_copies(self.memory_queue.take(count))
-        if len(msgs) == count:
+        return self._take_backend(own_copies(self.memory_queue.take(count)), count)
+
+    def _take_backend(self, msgs: list[Message], count: int) -> list[Message]:
+        """``msgs`` with messages from the backend appended until it holds ``count``."""
+        if len(msgs) >= count:
             return msgs
         if self.held is not None:
             return self.held.take(msgs, count)
@@ -392,6 +414,24 @@ class Channel:
             group.update([(msg.id, msg) for msg in msgs if msg.group is group])
         for msg in duplicates:
             self._release(msg)
+        return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
+
+    def start_run_in_flight(
+        self, run: MessageRun, client: Consumer, now: float, frames: list[bytes]
+    ) -> tuple[int, int]:
+        """:meth:`start_in_flight_many` for a run of published messages, each built already
+        in flight (:func:`~nsqpy.nsqd.message.frame_run_in_flight`) rather than built by
+        :meth:`MessageRun.messages` and then put in flight: the SUB of an MPUB's messages
+        from memory."""
+        timeout = client.msg_timeout
+        in_flight = self.in_flight
+        group = self._in_flight_groups.get(timeout)
+        if group is None:
+            group = self._in_flight_groups[timeout] = {}
+        sent, size = frame_run_in_flight(run, in_flight, group, client, now, now + timeout, frames)
+        if group is not in_flight:
+            started = [in_flight[msg_id] for msg_id in run.ids]
+            group.update([(msg.id, msg) for msg in started if msg.group is group])
         return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
 
     def finish_many(self, client: Consumer, ids: list[bytes], start: int = 0) -> int:

@@ -7,9 +7,9 @@
   the same failures at the same IDs and the same state after, held mode included;
 - a window of messages sent when RDY rises (``Channel.start_in_flight_many``) and messages
   handed over one by one as they arrive (``Channel.deliver``); so are MPUBs' runs queued
-  unbuilt, each message built straight into flight (``Channel.start_run_in_flight``);
+  unbuilt, each message built straight into flight (``Channel.start_runs_in_flight``);
 - a Message built by ``Message.__init__``, :meth:`Message.copy`, :func:`own_copies`,
-  :func:`message_from_bytes`, :func:`decode_records` and :func:`frame_run_in_flight`: equal
+  :func:`message_from_bytes`, :func:`decode_records` and :func:`frame_runs_in_flight`: equal
   in every slot;
 - a fan-out batch framed for the disk queues at once (``framed_records``, ``framed_run``) and
   each message encoded and size-prefixed on its own;
@@ -44,7 +44,7 @@ from nsqpy.nsqd.message import (
     Message,
     MessageRun,
     decode_records,
-    frame_run_in_flight,
+    frame_runs_in_flight,
     message_from_bytes,
     own_copies,
 )
@@ -433,19 +433,21 @@ async def _run_delivery_scenario(
         ids = [msg_id(index) for index in range(len(bodies))]
         ids += [ids[i % len(ids)] for i in duplicates]
         bodies = bodies + [b"dup"] * len(duplicates)
+        # one MPUB per stretch between cuts, each with a timestamp of its own
+        marks = [0, *sorted({c % len(ids) for c in run_cuts}), len(ids)]
+        stretches = [(start, stop) for start, stop in pairwise(marks) if stop > start]
         if window:
-            # queued as MPUBs' runs while nobody is ready, then taken in two windows
-            for start, stop in pairwise([0, *sorted({c % len(ids) for c in run_cuts}), len(ids)]):
-                if stop > start:
-                    channel.put_messages(
-                        MessageRun(ids[start:stop], bodies[start:stop], clock.wall)
-                    )
+            # queued as runs while nobody is ready, then taken in two windows
+            for start, stop in stretches:
+                run = MessageRun(ids[start:stop], bodies[start:stop], clock.wall + start)
+                channel.put_messages(run)
             consumer.rdy(first_window % (len(ids) + 1))
             consumer.rdy(len(ids))
         else:
             consumer.rdy(len(ids))
-            for message_id, body in zip(ids, bodies, strict=True):
-                channel.put_message(Message(message_id, body, clock.wall))
+            for start, stop in stretches:
+                for index in range(start, stop):
+                    channel.put_message(Message(ids[index], bodies[index], clock.wall + start))
         seen: dict[str, object] = {
             "wire": bytes(consumer.wire),
             "in flight": [
@@ -480,7 +482,7 @@ def test_queued_runs_taken_in_windows_and_one_by_one_deliveries_agree(
     consumer_timeout: float,
 ) -> None:
     """MPUBs' runs queued unbuilt and put in flight as they are framed
-    (``Channel.start_run_in_flight``), a window ending inside a run, second copies of an ID
+    (``Channel.start_runs_in_flight``), a window ending inside a run, second copies of an ID
     in flight, a consumer timeout of its own: the same frames, in-flight state, groups and
     timeouts as each message handed over as it arrives."""
     windows, one_by_one = run_twice(
@@ -551,7 +553,7 @@ def test_every_message_builder_gives_the_same_message(
     frames: list[bytes] = []
     owner = FakeConsumer(1)
     run = MessageRun([msg_id], [body], timestamp)
-    counts = frame_run_in_flight(run, in_flight, in_flight, owner, 2.0, 32.0, frames)
+    counts = frame_runs_in_flight([run], in_flight, in_flight, owner, 2.0, 32.0, frames)
     delivered = Message(msg_id, body, timestamp, 1)
     delivered.client = owner
     delivered.delivery_ts = 2.0

@@ -62,8 +62,8 @@ PUB -> deliver -> FIN:
    (``backend_writes.py``, ``diskqueue/``) for the topic's pump (``_pump``) to copy later.
 4. ``channel.py``: ``Channel.put_messages`` queues it; ``Channel.pump`` takes what fits a
    ready consumer's RDY window, puts it in flight (``start_in_flight_many``: attempts,
-   deadline, owner; an MPUB's queued run is built straight into flight,
-   ``start_run_in_flight``) and hands the frames to the consumer (``consumer.py``;
+   deadline, owner; MPUBs' queued runs are built straight into flight,
+   ``start_runs_in_flight``) and hands the frames to the consumer (``consumer.py``;
    ``ClientV2.send_messages`` buffers them in its connection, ``Connection.after_deliveries``
    flushes).
 5. ``protocol_v2.py``: ``FIN`` (or ``FIN_RUN`` for a burst of FINs) calls

@@ -28,7 +28,7 @@ from .backend import Backend, read_messages
 from .beyond.channel_held import HeldDelivery
 from .errors import BackendWriteError
 from .memory_queue import ChannelMemory, RunQueue, cut
-from .message import Message, MessageRun, frame_run_in_flight, own_copies
+from .message import Message, MessageRun, frame_runs_in_flight, own_copies
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -207,27 +207,32 @@ class Channel:
 
     def _send_window(self, client: Consumer, want: int) -> None:
         """Up to ``want`` messages put in flight to ``client`` and sent in one write, in queue
-        order: the memory queue's runs first (an MPUB's :class:`MessageRun` built straight into
-        flight, a run of messages each made this channel's own copy), then the backend's."""
+        order: the memory queue's runs first (MPUBs' :class:`MessageRun` built straight into
+        flight, each consecutive stretch of them in one loop; a run of messages each made this
+        channel's own copy), then the backend's."""
         frames: list[bytes] = []
         now = self.nsqd.now()
-        sent = size = taken = 0
+        counts: list[tuple[int, int]] = []  # (messages sent, frame bytes) of each stretch
+        published: list[MessageRun] = []
+        taken = 0
         for run in self.memory_queue.take_runs(want):
             taken += len(run)
             if type(run) is MessageRun:
-                run_sent, run_size = self.start_run_in_flight(run, client, now, frames)
-            else:
-                run_sent, run_size = self.start_in_flight_many(own_copies(run), client, now, frames)
-            sent += run_sent
-            size += run_size
+                published.append(run)
+                continue
+            if published:
+                counts.append(self.start_runs_in_flight(published, client, now, frames))
+                published = []
+            counts.append(self.start_in_flight_many(own_copies(run), client, now, frames))
+        if published:
+            counts.append(self.start_runs_in_flight(published, client, now, frames))
         if taken < want:
             msgs = self._take_backend([], want - taken)
             if msgs:
-                run_sent, run_size = self.start_in_flight_many(msgs, client, now, frames)
-                sent += run_sent
-                size += run_size
+                counts.append(self.start_in_flight_many(msgs, client, now, frames))
+        sent = sum([count[0] for count in counts])
         if sent:
-            client.send_messages(frames, sent, size)
+            client.send_messages(frames, sent, sum([count[1] for count in counts]))
 
     def _take(self, count: int) -> list[Message]:
         """Up to ``count`` messages from the memory queue, then from the backend (a message
@@ -335,6 +340,13 @@ class Channel:
     # other groups' and the capped messages: its scan passes over those (``msg.group`` is not
     # ``in_flight``); a message put back in it out of order goes to the heap.
 
+    def _in_flight_group(self, timeout: float) -> dict[bytes, Message]:
+        """The in-flight group of messages due ``timeout`` seconds after delivery."""
+        group = self._in_flight_groups.get(timeout)
+        if group is None:
+            group = self._in_flight_groups[timeout] = {}
+        return group
+
     def deliver(self, client: Consumer, msg: Message) -> None:
         """Put one message in flight to ``client``, its attempts raised, and send it; unless
         ``client`` samples it out (consumed and dropped, as Go does: its held record is let
@@ -356,7 +368,7 @@ class Channel:
         msg.delivery_ts = now
         msg.pri = now + timeout
         self.in_flight[msg_id] = msg
-        group = self._in_flight_groups.get(timeout)
+        group = self._in_flight_groups.get(timeout)  # inline: once per message delivered
         if group is None:
             group = self._in_flight_groups[timeout] = {}
         group[msg_id] = msg
@@ -378,9 +390,7 @@ class Channel:
         timeout = client.msg_timeout
         deadline = now + timeout
         in_flight = self.in_flight
-        group = self._in_flight_groups.get(timeout)
-        if group is None:
-            group = self._in_flight_groups[timeout] = {}
+        group = self._in_flight_group(timeout)
         put_in_flight = in_flight.setdefault  # one lookup: the duplicate check and the insert
         duplicates: list[Message] = []
         append = frames.append
@@ -416,21 +426,21 @@ class Channel:
             self._release(msg)
         return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
 
-    def start_run_in_flight(
-        self, run: MessageRun, client: Consumer, now: float, frames: list[bytes]
+    def start_runs_in_flight(
+        self, runs: list[MessageRun], client: Consumer, now: float, frames: list[bytes]
     ) -> tuple[int, int]:
-        """:meth:`start_in_flight_many` for a run of published messages, each built already
-        in flight (:func:`~nsqpy.nsqd.message.frame_run_in_flight`) rather than built by
-        :meth:`MessageRun.messages` and then put in flight: the SUB of an MPUB's messages
-        from memory."""
+        """:meth:`start_in_flight_many` for runs of published messages, each message built
+        already in flight (:func:`~nsqpy.nsqd.message.frame_runs_in_flight`) rather than
+        built by :meth:`MessageRun.messages` and then put in flight: the SUB of MPUBs'
+        messages from memory."""
         timeout = client.msg_timeout
         in_flight = self.in_flight
-        group = self._in_flight_groups.get(timeout)
-        if group is None:
-            group = self._in_flight_groups[timeout] = {}
-        sent, size = frame_run_in_flight(run, in_flight, group, client, now, now + timeout, frames)
+        group = self._in_flight_group(timeout)
+        sent, size = frame_runs_in_flight(
+            runs, in_flight, group, client, now, now + timeout, frames
+        )
         if group is not in_flight:
-            started = [in_flight[msg_id] for msg_id in run.ids]
+            started = [in_flight[msg_id] for run in runs for msg_id in run.ids]
             group.update([(msg.id, msg) for msg in started if msg.group is group])
         return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
 

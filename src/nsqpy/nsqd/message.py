@@ -182,8 +182,8 @@ def decode_records(records: Iterable[bytes], out: list[Message]) -> list[str]:
     return errors
 
 
-def frame_run_in_flight(
-    run: MessageRun,
+def frame_runs_in_flight(
+    runs: list[MessageRun],
     in_flight: dict[bytes, Message],
     group: dict[bytes, Message],
     client: Owner,
@@ -191,36 +191,39 @@ def frame_run_in_flight(
     deadline: float,
     frames: list[bytes],
 ) -> tuple[int, int]:
-    """``run``'s messages built already in flight to ``client`` (attempts 1, delivered at
-    ``now``, due at ``deadline``, in ``group``), each put in ``in_flight`` and its frame
-    appended to ``frames`` (header and ID packed as one part, the body as another), in one
-    loop: a channel's SUB of an MPUB's messages. An ID already in ``in_flight`` is skipped
+    """The messages of ``runs``, in order, built already in flight to ``client`` (attempts 1,
+    delivered at ``now``, due at ``deadline``, in ``group``), each put in ``in_flight`` and
+    its frame appended to ``frames`` (header and ID packed as one part, the body as another),
+    in one loop: a channel's SUB of MPUBs' messages. An ID already in ``in_flight`` is skipped
     (the copy in flight stands for it). How many were put in flight and their bodies' bytes;
     the caller adds them to ``group`` if it is not ``in_flight`` itself."""
     put_in_flight = in_flight.setdefault
     append = frames.append
     pack = MESSAGE_FRAME_HEAD.pack
-    timestamp = run.timestamp
     size = sent = 0
-    for msg_id, body in zip(run.ids, run.bodies, strict=True):
-        msg = _new_message(Message)
-        if put_in_flight(msg_id, msg) is not msg:
-            continue
-        msg.id = msg_id
-        msg.body = body
-        msg.timestamp = timestamp
-        msg.attempts = 1
-        msg.deferred = 0.0
-        msg.client = client
-        msg.delivery_ts = now
-        msg.pri = deadline
-        msg.group = group
-        msg.hold = None
-        msg.shared = False
-        append(pack(MESSAGE_FRAME_OVERHEAD + len(body), FRAME_TYPE_MESSAGE, timestamp, 1, msg_id))
-        append(body)
-        size += len(body)
-        sent += 1
+    for run in runs:
+        timestamp = run.timestamp
+        for msg_id, body in zip(run.ids, run.bodies, strict=True):
+            msg = _new_message(Message)
+            if put_in_flight(msg_id, msg) is not msg:
+                continue
+            msg.id = msg_id
+            msg.body = body
+            msg.timestamp = timestamp
+            msg.attempts = 1
+            msg.deferred = 0.0
+            msg.client = client
+            msg.delivery_ts = now
+            msg.pri = deadline
+            msg.group = group
+            msg.hold = None
+            msg.shared = False
+            append(
+                pack(MESSAGE_FRAME_OVERHEAD + len(body), FRAME_TYPE_MESSAGE, timestamp, 1, msg_id)
+            )
+            append(body)
+            size += len(body)
+            sent += 1
     return sent, size
 
 

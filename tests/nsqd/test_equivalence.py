@@ -28,7 +28,8 @@ import asyncio
 import os
 import struct
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nsqpy.nsqd import NSQD
 from nsqpy.nsqd.backend_writes import framed_records, framed_run
 from nsqpy.nsqd.channel import Channel, ChannelError
 from nsqpy.nsqd.client_v2 import ClientV2
@@ -346,6 +348,44 @@ def test_finish_many_and_finish_message_agree_on_another_clients_ids(picks: list
 # --------------------------------------------------------------------------- window delivery
 
 
+@asynccontextmanager
+async def _subscribed(
+    data_path: Path, consumer_timeout: float
+) -> AsyncIterator[tuple[FakeClock, NSQD, Channel, FakeConsumer]]:
+    """A fresh NSQD's channel with one consumer (RDY 0) of the given msg_timeout."""
+    clock = FakeClock()
+    async with in_process_nsqd(data_path, clock, msg_timeout=MSG_TIMEOUT) as nsqd:
+        channel = nsqd.get_topic("t").get_channel("c")
+        await loop_turns()  # the metadata write the new channel scheduled
+        consumer = FakeConsumer(1, msg_timeout=consumer_timeout)
+        consumer.subscribe(channel)
+        yield clock, nsqd, channel, consumer
+
+
+def _delivered(channel: Channel, consumer: FakeConsumer) -> dict[str, object]:
+    """What the consumer was sent and the channel's in-flight state."""
+    return {
+        "wire": bytes(consumer.wire),
+        "in flight": [
+            (m.id, m.attempts, m.pri, m.delivery_ts, m.group is channel.in_flight)
+            for m in channel.in_flight.values()
+        ],
+        "groups": sorted(
+            (timeout, sorted(group)) for timeout, group in channel._in_flight_groups.items()
+        ),
+        "consumer": consumer.in_flight_count,
+    }
+
+
+def _timed_out(
+    nsqd: NSQD, clock: FakeClock, channel: Channel, consumer: FakeConsumer, timeout: float
+) -> dict[str, object]:
+    """Every message in flight timed out: what was sent again, and the channel's counters."""
+    clock.advance(max(timeout, MSG_TIMEOUT) + 1)
+    nsqd.scan_queues()
+    return {"redelivered": bytes(consumer.wire), "counters": channel_counters(channel)}
+
+
 async def _delivery_scenario(
     data_path: Path,
     window: bool,
@@ -355,12 +395,7 @@ async def _delivery_scenario(
     consumer_timeout: float,
     shared: bool,
 ) -> dict[str, object]:
-    clock = FakeClock()
-    async with in_process_nsqd(data_path, clock, msg_timeout=MSG_TIMEOUT) as nsqd:
-        channel = nsqd.get_topic("t").get_channel("c")
-        await loop_turns()  # the metadata write the new channel scheduled
-        consumer = FakeConsumer(1, msg_timeout=consumer_timeout)
-        consumer.subscribe(channel)
+    async with _subscribed(data_path, consumer_timeout) as (clock, nsqd, channel, consumer):
         msgs = [
             Message(msg_id(index), body, clock.wall, attempts[index % len(attempts)])
             for index, body in enumerate(bodies)
@@ -374,19 +409,9 @@ async def _delivery_scenario(
             channel.put_message(msg)
         if window:
             consumer.rdy(len(msgs))
-        seen: dict[str, object] = {
-            "wire": bytes(consumer.wire),
-            "in flight": [
-                (m.id, m.attempts, m.pri, m.delivery_ts, m.group is channel.in_flight)
-                for m in channel.in_flight.values()
-            ],
-            "consumer": consumer.in_flight_count,
-            "originals": [(m.attempts, m.client, m.group) for m in msgs] if shared else None,
-        }
-        clock.advance(max(consumer_timeout, MSG_TIMEOUT) + 1)
-        nsqd.scan_queues()
-        seen["redelivered"] = bytes(consumer.wire)
-        seen["counters"] = channel_counters(channel)
+        seen = _delivered(channel, consumer)
+        seen["originals"] = [(m.attempts, m.client, m.group) for m in msgs] if shared else None
+        seen |= _timed_out(nsqd, clock, channel, consumer, consumer_timeout)
     return seen
 
 
@@ -424,12 +449,7 @@ async def _run_delivery_scenario(
     first_window: int,
     consumer_timeout: float,
 ) -> dict[str, object]:
-    clock = FakeClock()
-    async with in_process_nsqd(data_path, clock, msg_timeout=MSG_TIMEOUT) as nsqd:
-        channel = nsqd.get_topic("t").get_channel("c")
-        await loop_turns()  # the metadata write the new channel scheduled
-        consumer = FakeConsumer(1, msg_timeout=consumer_timeout)
-        consumer.subscribe(channel)
+    async with _subscribed(data_path, consumer_timeout) as (clock, nsqd, channel, consumer):
         ids = [msg_id(index) for index in range(len(bodies))]
         ids += [ids[i % len(ids)] for i in duplicates]
         bodies = bodies + [b"dup"] * len(duplicates)
@@ -448,21 +468,8 @@ async def _run_delivery_scenario(
             for start, stop in stretches:
                 for index in range(start, stop):
                     channel.put_message(Message(ids[index], bodies[index], clock.wall + start))
-        seen: dict[str, object] = {
-            "wire": bytes(consumer.wire),
-            "in flight": [
-                (m.id, m.attempts, m.pri, m.delivery_ts, m.group is channel.in_flight)
-                for m in channel.in_flight.values()
-            ],
-            "groups": sorted(
-                (timeout, sorted(group)) for timeout, group in channel._in_flight_groups.items()
-            ),
-            "consumer": consumer.in_flight_count,
-        }
-        clock.advance(max(consumer_timeout, MSG_TIMEOUT) + 1)
-        nsqd.scan_queues()
-        seen["redelivered"] = bytes(consumer.wire)
-        seen["counters"] = channel_counters(channel)
+        seen = _delivered(channel, consumer)
+        seen |= _timed_out(nsqd, clock, channel, consumer, consumer_timeout)
     return seen
 
 

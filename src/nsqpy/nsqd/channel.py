@@ -37,6 +37,12 @@ if TYPE_CHECKING:
     from .nsqd import NSQD
 
 
+def frames_size(count: int, body_bytes: int) -> int:
+    """The bytes of ``count`` message frames whose bodies total ``body_bytes``: each adds its
+    size prefix and the message header."""
+    return body_bytes + count * (MESSAGE_FRAME_OVERHEAD + 4)
+
+
 class ChannelError(Exception):
     pass
 
@@ -424,7 +430,7 @@ class Channel:
             group.update([(msg.id, msg) for msg in msgs if msg.group is group])
         for msg in duplicates:
             self._release(msg)
-        return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
+        return sent, frames_size(sent, size)
 
     def start_runs_in_flight(
         self, runs: list[MessageRun], client: Consumer, now: float, frames: list[bytes]
@@ -442,7 +448,7 @@ class Channel:
         if group is not in_flight:
             started = [in_flight[msg_id] for run in runs for msg_id in run.ids]
             group.update([(msg.id, msg) for msg in started if msg.group is group])
-        return sent, size + sent * (MESSAGE_FRAME_OVERHEAD + 4)
+        return sent, frames_size(sent, size)
 
     def finish_many(self, client: Consumer, ids: list[bytes], start: int = 0) -> int:
         """FIN each ID in order from ``ids[start]``, stopping at the first that is not

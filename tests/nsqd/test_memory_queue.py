@@ -146,3 +146,18 @@ def test_a_message_run_is_built_anew_for_each_channel() -> None:
     assert theirs[0].attempts == 0
     assert [len(r) for r in second.take_runs(10)] == [2]
     assert len(run) == 5  # the shared run itself is never changed
+
+
+def test_a_queued_message_run_gives_the_collector_nothing_to_walk_per_message() -> None:
+    # A million messages queued on 100 channels stay through many collections: their IDs
+    # and bodies must leave the collector's lists after the first young collection, so later
+    # collections (full ones walk everything tracked) cost one object per run, not per message.
+    queue = RunQueue()
+    ids, bodies = [b"%016d" % n for n in range(200)], [b"x%d" % n for n in range(200)]
+    queue.extend(MessageRun(ids, bodies, 7))  # as an MPUB's parser hands them over: lists
+    queue.extend(run_of([message(n) for n in range(3)]).slice(1))  # a run's slice alike
+    gc.collect(0)
+    for run in queue._runs:
+        assert isinstance(run, MessageRun)
+        assert not gc.is_tracked(run.ids)
+        assert not gc.is_tracked(run.bodies)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Protocol
 
@@ -97,14 +97,17 @@ class MessageRun:
     """An MPUB's messages as published, before any is a :class:`Message`: their IDs and
     bodies and the one timestamp they share. A topic queues the run and hands the same run
     to every channel; a channel builds its own messages from it only as it takes them
-    (:meth:`messages`), so a queued message costs no object and nothing for the cycle
-    collector to walk. Immutable: every slice is a new run."""
+    (:meth:`messages`), so a queued message costs no object of its own. The IDs and bodies
+    are tuples of bytes, which the cycle collector stops tracking the first time it sees
+    them: a run queued through later collections costs them one object, not one reference
+    per message (a list would be walked again by every collection of its generation).
+    Immutable: every slice is a new run."""
 
     __slots__ = ("bodies", "ids", "timestamp")
 
-    def __init__(self, ids: list[bytes], bodies: list[bytes], timestamp: int) -> None:
-        self.ids = ids
-        self.bodies = bodies
+    def __init__(self, ids: Sequence[bytes], bodies: Sequence[bytes], timestamp: int) -> None:
+        self.ids = tuple(ids)  # a tuple as it is (a slice of a run's), not copied
+        self.bodies = tuple(bodies)
         self.timestamp = timestamp
 
     def __len__(self) -> int:

@@ -24,6 +24,7 @@ from ..raw_v2 import (
     channel_stats,
     http_ok,
     http_request,
+    pub_cmd,
     q,
     stats,
     topic_stats,
@@ -554,6 +555,27 @@ def test_64_fresh_stats(fresh_nsqd: DaemonProcess) -> None:
     assert all(isinstance(v, int) and v >= 0 for v in data["memory"].values())
     assert data["producers"] is None
     assert body.endswith(b',"producers":null}')
+
+
+def test_stats_memory_reports_the_collector_pauses(tmp_path: Path) -> None:
+    # Go reports its collector's pauses here; ours are the cycle collector's, each a stop of
+    # the event loop. 30,000 messages kept in memory make CPython collect its young objects.
+    daemon = start_nsqd(tmp_path, "--mem-queue-size=50000")
+    try:
+        topic = unique()
+        create_channel(daemon, topic, "c")
+        conn = connect(daemon)
+        count = 30_000
+        conn.send(pub_cmd(topic, b"m") * count)
+        for _ in range(count):
+            assert conn.read_frame(skip_heartbeats=True) == (0, b"OK")
+        memory = stats(daemon)["memory"]
+        assert memory["gc_total_runs"] > 0
+        assert memory["gc_pause_usec_100"] >= memory["gc_pause_usec_99"]
+        assert memory["gc_pause_usec_99"] >= memory["gc_pause_usec_95"]
+        assert memory["gc_pause_usec_100"] > 0
+    finally:
+        daemon.stop()
 
 
 def test_stats_exact_bytes_for_one_topic(nsqd: DaemonProcess) -> None:

@@ -11,7 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from nsqpy.nsqd.collector import MIDDLE_PER_FULL, NEVER, YOUNG_THRESHOLD, CollectorPacer
+from nsqpy.nsqd.collector import (
+    MIDDLE_PER_FULL,
+    NEVER,
+    YOUNG_THRESHOLD,
+    CollectorPacer,
+    PauseLog,
+)
 
 from .in_process_support import FakeClock
 
@@ -27,8 +33,13 @@ class Node:
 
 
 @pytest.fixture
-def pacer(clock: FakeClock) -> Iterator[CollectorPacer]:
-    pacer = CollectorPacer(clock.now, budget=0.05, min_interval=1.0)
+def pauses() -> PauseLog:
+    return PauseLog()
+
+
+@pytest.fixture
+def pacer(clock: FakeClock, pauses: PauseLog) -> Iterator[CollectorPacer]:
+    pacer = CollectorPacer(clock.now, budget=0.05, min_interval=1.0, pauses=pauses)
     before = gc.get_threshold()
     pacer.install()
     try:
@@ -103,3 +114,29 @@ async def test_old_cyclic_garbage_waits_for_the_hold_then_goes(
         pacing.cancel()
     assert full_collections_during_allocations() >= 1
     assert alive() is None
+
+
+def test_pauses_are_picked_as_go_picks_its_collectors() -> None:
+    clock = FakeClock()
+    log = PauseLog(clock.now, kept=4)
+    assert log.percentile_usec(100) == 0  # none yet
+    for seconds in (0.004, 0.001, 0.003, 0.002, 0.010):  # the first drops out: 4 kept
+        log.observe("start", MIDDLE)
+        clock.advance(seconds)
+        log.observe("stop", MIDDLE)
+    # sorted 1, 2, 3, 10 ms: floor(p / 100 * 4 + 0.5), the last at most
+    assert log.percentile_usec(100) == 10_000
+    assert log.percentile_usec(99) == 10_000
+    assert log.percentile_usec(95) == 10_000
+    assert log.percentile_usec(50) == 3_000
+    assert log.percentile_usec(10) == 1_000
+
+
+def test_an_installed_pacer_logs_every_generations_pauses(
+    pacer: CollectorPacer, pauses: PauseLog
+) -> None:
+    assert pauses.percentile_usec(100) == 0
+    gc.collect(0)
+    gc.collect()
+    assert pauses.percentile_usec(100) > 0  # a full collection takes microseconds at least
+    assert len(pauses._pauses) == 2

@@ -13,13 +13,19 @@ collections take under ``BUDGET`` of the time however large the backlog. Cycles 
 the young generations (a closed connection's objects, say) are still collected, a little
 later at most. The young generations are collected every ``YOUNG_THRESHOLD`` allocations
 rather than CPython's 700, in larger, cheaper steps.
+
+Every collection stops the event loop, and no client is served meanwhile. nsqd keeps the
+most recent pauses (:data:`PAUSES`), whatever their generation, and ``/stats`` reports them
+where Go's nsqd reports its own collector's (``gc_pause_usec_100``, ``_99``, ``_95``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +43,39 @@ BUDGET = 0.05
 MIN_INTERVAL = 1.0
 #: how often the pacer looks whether full collections may start again, seconds
 CHECK_INTERVAL = 0.25
+#: the pauses kept for /stats (Go's runtime keeps its last 256)
+PAUSES_KEPT = 256
+
+
+class PauseLog:
+    """The most recent collections' pauses, every generation, as a ``gc.callbacks`` entry."""
+
+    def __init__(
+        self, clock: Callable[[], float] = time.perf_counter, kept: int = PAUSES_KEPT
+    ) -> None:
+        self._clock = clock
+        self._started = 0.0
+        self._pauses: deque[float] = deque(maxlen=kept)
+
+    def observe(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = self._clock()
+        else:
+            self._pauses.append(self._clock() - self._started)
+
+    def percentile_usec(self, percent: float) -> int:
+        """The kept pauses' ``percent`` percentile in whole microseconds, 0 before any, as
+        Go's nsqd picks it (statsd.go ``percentile``: the sorted pauses' element at
+        ``floor(percent / 100 * n + 0.5)``, the last at most)."""
+        pauses = sorted(self._pauses)
+        if not pauses:
+            return 0
+        index = min(len(pauses) - 1, math.floor(percent / 100 * len(pauses) + 0.5))
+        return round(pauses[index] * 1_000_000)
+
+
+#: the daemon's pause log, filled once its pacer is installed
+PAUSES = PauseLog()
 
 
 class CollectorPacer:
@@ -49,8 +88,10 @@ class CollectorPacer:
         clock: Callable[[], float] = time.monotonic,
         budget: float = BUDGET,
         min_interval: float = MIN_INTERVAL,
+        pauses: PauseLog = PAUSES,
     ) -> None:
         self._clock = clock
+        self._pauses = pauses
         self._budget = budget
         self._min_interval = min_interval
         self._full_started = 0.0
@@ -58,16 +99,19 @@ class CollectorPacer:
         self._saved_threshold: tuple[int, int, int] | None = None
 
     def install(self) -> None:
-        """Freeze what start-up made, set the thresholds and watch collections."""
+        """Freeze what start-up made, set the thresholds and watch collections (their
+        pauses logged in ``pauses``)."""
         gc.freeze()  # start-up's objects (modules, classes) live as long as the process
         self._saved_threshold = gc.get_threshold()
         gc.set_threshold(YOUNG_THRESHOLD, MIDDLE_THRESHOLD, MIDDLE_PER_FULL)
         gc.callbacks.append(self.observe)
+        gc.callbacks.append(self._pauses.observe)
 
     def uninstall(self) -> None:
         """Give the collector back as it was (for a test that installed a pacer)."""
-        if self.observe in gc.callbacks:
-            gc.callbacks.remove(self.observe)
+        for callback in (self.observe, self._pauses.observe):
+            if callback in gc.callbacks:
+                gc.callbacks.remove(callback)
         if self._saved_threshold is not None:
             gc.set_threshold(*self._saved_threshold)
             self._saved_threshold = None

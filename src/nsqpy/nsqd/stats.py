@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .. import NSQ_VERSION
 from ..internal.durations import format_duration
 from ..internal.http_api import go_json
+from .collector import PAUSES
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -208,7 +209,8 @@ def _stats_steps(
 
 
 def memory_stats() -> dict[str, int]:
-    """Go-runtime keys filled with the nearest Python figures."""
+    """Go-runtime keys filled with the nearest Python figures: the pauses are the cycle
+    collector's (collector.py), every one of which stops the event loop."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     collections = sum(s["collections"] for s in gc.get_stats())
     return {
@@ -216,9 +218,9 @@ def memory_stats() -> dict[str, int]:
         "heap_idle_bytes": 0,
         "heap_in_use_bytes": usage.ru_maxrss * 1024,
         "heap_released_bytes": 0,
-        "gc_pause_usec_100": 0,
-        "gc_pause_usec_99": 0,
-        "gc_pause_usec_95": 0,
+        "gc_pause_usec_100": PAUSES.percentile_usec(100),
+        "gc_pause_usec_99": PAUSES.percentile_usec(99),
+        "gc_pause_usec_95": PAUSES.percentile_usec(95),
         "next_gc_bytes": 0,
         "gc_total_runs": collections,
     }

@@ -141,6 +141,12 @@ class Server:
                     return int(chan["depth"])
         return 0
 
+    def longest_pause_ms(self) -> float:
+        """``gc_pause_usec_100`` of /stats (0 where an nsqd reports none)."""
+        stats = json.loads(self.post("/stats?format=json&include_clients=false&topic=-"))
+        memory = stats.get("data", stats).get("memory") or {}
+        return int(memory.get("gc_pause_usec_100", 0)) / 1000
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -160,6 +166,8 @@ class Trial:
     sub_cpu_us: float
     rss: float
     drained: bool  # the reader emptied the channel: SUB is a lower bound
+    #: the longest collector pause /stats reports (Go's GC, our cycle collector), 0 if none
+    pause_ms: float = 0.0
 
 
 @dataclass
@@ -278,6 +286,7 @@ def go_trial(server: Server, load: Load) -> Trial:
         read = names if load.readers == "all" else ["ch"]
         drained = any(server.channel_depth(load.topic, name) == 0 for name in read)
         rss = peak_rss_mb(server.pid)
+        pause_ms = server.longest_pause_ms()
     finally:
         server.stop()
     return Trial(
@@ -287,6 +296,7 @@ def go_trial(server: Server, load: Load) -> Trial:
         (after - middle) * 1e6 / (sub * parse_seconds(load.runfor)),
         rss,
         drained,
+        pause_ms,
     )
 
 

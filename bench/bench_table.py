@@ -140,7 +140,9 @@ def run_scenario(
                 f"{load.channels:>3} ch, {' '.join(mode.flags):36} {kind:6}: "
                 f"PUB {result.pub:10,.0f}/s ({result.pub_cpu_us:.2f} us)  "
                 f"SUB {result.sub:10,.0f}/s ({result.sub_cpu_us:.2f} us)"
-                f"{' drained' if result.drained else ''}  load {os.getloadavg()[0]:.1f}"
+                f"{' drained' if result.drained else ''}  longest pause "
+                f"{f'{result.pause_ms:.1f} ms' if result.pause_ms else '-'}"
+                f"  load {os.getloadavg()[0]:.1f}"
             )
     return {kind: median_cells(runs[kind]) for kind in setup.kinds}
 

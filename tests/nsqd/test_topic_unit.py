@@ -4,6 +4,9 @@ test moves and consumers that record what they were sent."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+
 import pytest
 
 from nsqpy.nsqd.message import Message
@@ -12,6 +15,7 @@ from nsqpy.nsqd.topic import (
     PUMP_BUDGET,
     PUMP_DEFER_COST,
     PUMP_DEFER_COST_WITH_ROOM,
+    PUMP_LONG_TURN,
     PUMP_MIN_BATCH,
     PUMP_MIN_SLICED,
     PUMP_QUIET,
@@ -247,3 +251,56 @@ async def test_a_sliced_pump_moves_full_turns_once_publishers_have_gone_quiet(
     assert topic._pump_batch(channels) == full
     topic.put_message(topic.new_message(b"again"))
     assert topic._pump_batch(channels) < full
+
+
+@pytest.mark.parametrize(
+    ("turn", "stocked", "pauses"),
+    [
+        (PUMP_LONG_TURN * 2.5, True, True),
+        (PUMP_LONG_TURN / 4, True, False),
+        (PUMP_LONG_TURN * 2.5, False, False),
+        (PUMP_LONG_TURN * 2.5, True, False),
+    ],
+    ids=["long-full", "short-full", "long-with-room", "long-full-publishing"],
+)
+async def test_a_quiet_pump_pauses_after_a_long_turn_into_full_channels(
+    topic: Topic,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    turn: float,
+    stocked: bool,
+    pauses: bool,
+) -> None:
+    """Once publishers have gone quiet and while every channel's memory is full (its copies
+    go to disk, its consumers have --mem-queue-size messages to read), a turn longer than
+    PUMP_LONG_TURN is followed by a pause as long as itself, so the pump takes at most half
+    the loop; a short turn, or one while a channel has room, is followed by the next one at
+    once."""
+    channel = topic.get_channel("billing")
+    channel.mem_capacity = 5 if stocked else 10 * PUMP_BUDGET
+    for _ in range(3 * PUMP_BUDGET):  # more than a turn
+        topic.put_message(topic.new_message(b"x"))
+    publishing = stocked and not pauses and turn > PUMP_LONG_TURN
+    if not publishing:  # the publisher has gone quiet
+        topic._published = False
+        clock.advance(PUMP_QUIET)
+    assert topic._pump_handle is not None
+    topic._pump_handle.cancel()
+    topic._pump_handle = None
+    ticks = itertools.count()
+    monkeypatch.setattr("nsqpy.nsqd.topic.time.perf_counter", lambda: next(ticks) * turn)
+    depth = topic.depth()
+    loop = asyncio.get_running_loop()
+    before = loop.time()
+    topic._pump()  # a turn that takes ``turn`` seconds
+    after = loop.time()
+    assert topic.depth() < depth
+    handle = topic._pump_handle
+    assert handle is not None
+    assert (len(channel.memory_queue) >= channel.mem_capacity) is stocked
+    if pauses:
+        assert isinstance(handle, asyncio.TimerHandle)
+        assert before + turn <= handle.when() <= after + turn
+        assert topic.pump_now() is False  # a pause is not cut short
+    else:
+        assert not isinstance(handle, asyncio.TimerHandle)

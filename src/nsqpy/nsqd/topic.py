@@ -63,6 +63,13 @@ PUMP_YIELD = 3.0
 #: burst is copied at a full turn's cost, not a slice's. (Longer than the pauses within a
 #: steady stream of publishes, which would otherwise turn it to full turns at every pause.)
 PUMP_QUIET = 0.25
+#: A turn longer than this (seconds) once publishers have gone quiet (PUMP_QUIET) and while
+#: every channel's memory is full -- each channel's disk write then makes the turn's cost,
+#: and each consumer has --mem-queue-size messages in memory to read meanwhile -- is followed
+#: by a pause as long as itself: the pump takes at most half the loop, and the other clients
+#: are served between its turns instead of after each (Go's pump is one goroutine among the
+#: connections'). Otherwise turns follow each other at once.
+PUMP_LONG_TURN = 0.002
 #: With --mem-queue-size=0, a publish to a topic with up to this many channels writes their
 #: queues before its OK (as many writes and fsyncs to wait for as channels); with more, the
 #: topic's held queue takes it (one write) and the pump copies later (beyond/topic_held.py). The
@@ -494,6 +501,8 @@ class Topic:
             if self._published and self._sliced(channels):
                 self._published = False
                 self._pump_handle = self.nsqd.loop.call_later(elapsed * PUMP_YIELD, self._pump)
+            elif elapsed > PUMP_LONG_TURN and self._quiet() and self._channels_stocked():
+                self._pump_handle = self.nsqd.loop.call_later(elapsed, self._pump)
             else:
                 self._schedule_pump()
 
@@ -509,6 +518,12 @@ class Topic:
         if per_message <= 0:
             return least  # (not measured yet)
         return max(least, min(by_budget, int(PUMP_SLICE / per_message)))
+
+    def _channels_stocked(self) -> bool:
+        """Whether every channel's memory queue is full (see PUMP_LONG_TURN)."""
+        return all(
+            0 < channel.mem_capacity <= len(channel.memory_queue) for channel in self._channel_list
+        )
 
     def _quiet(self) -> bool:
         """Whether no publish has come for PUMP_QUIET seconds (a held topic never is: its

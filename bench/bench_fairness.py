@@ -7,7 +7,7 @@ Each row starts a fresh daemon (Go's and ours alternating which goes first), an 
 client and one attacker, each in its own process. The innocent client sends ``GET /ping``
 over a new HTTP connection, and a PUB (nsqlookupd: a PING) over a TCP connection identified
 before the attack, every ``--interval`` seconds while the attacker runs; it reports its
-worst and p99 round trips. The attacker reports what it sent and whether the answers it
+worst, p99 and median round trips. The attacker reports what it sent and whether the answers it
 reads came back complete and in order. The daemon's RSS before the attack and its peak
 (VmHWM), its CPU seconds during the attack window and the 1-minute load average complete
 each row. Omit ``--go-nsqd``/``--go-nsqlookupd`` to run ours only; ``--only 4,6`` runs
@@ -1009,18 +1009,19 @@ def attack_and_probe(
 # ---------------------------------------------------------------------------------- report
 
 
-def worst_and_p99(times: list[float]) -> tuple[float, float]:
+def worst_p99_and_median(times: list[float]) -> tuple[float, float, float]:
     if not times:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     ordered = sorted(times)
-    return ordered[-1], ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return ordered[-1], p99, ordered[len(ordered) // 2]
 
 
 def probe_cell(probe: dict[str, Any] | None) -> str:
     if not probe or not probe["times"]:
         return "no samples"
-    worst, p99 = worst_and_p99(probe["times"])
-    cell = f"{worst * 1e3:.1f} / {p99 * 1e3:.1f} ms (n={len(probe['times'])})"
+    worst, p99, median = worst_p99_and_median(probe["times"])
+    cell = f"{worst * 1e3:.1f} / {p99 * 1e3:.1f} / {median * 1e3:.1f} ms (n={len(probe['times'])})"
     if probe["problems"]:
         cell += f"; {len(probe['problems'])} failed: {probe['problems'][0]}"
     return cell
@@ -1049,7 +1050,7 @@ def print_row(key: str, runs: dict[str, Measured]) -> None:
         names += sorted(name for name in measured.probes if name not in names)
     for name in names:
         cells = [probe_cell(runs[kind].probes.get(name)) for kind in kinds]
-        print(f"| innocent {name} worst / p99 | " + " | ".join(cells) + " |")
+        print(f"| innocent {name} worst / p99 / median | " + " | ".join(cells) + " |")
     lines: list[tuple[str, Callable[[Measured], str]]] = [
         ("attacker", lambda m: attack_cell(m.attack)),
         (

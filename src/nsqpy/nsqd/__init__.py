@@ -16,7 +16,8 @@ Mirroring Go:
   channel's memory queue keep each batch as one run, shared by all channels; a channel builds
   its own messages from an MPUB's run only as it takes them
 - ``collector.py`` -- what Go's runtime paces for it: CPython's full collections, held back
-  after each by its cost so that a large backlog is not walked again and again
+  after each by its cost so that a large backlog is not walked again and again; and the
+  collections' pauses, which ``/stats`` reports as Go's reports its collector's
 - ``client_v2.py`` -- client_v2.go's state (identity, negotiated settings, RDY and in-flight
   counts; a channel's ``Consumer``); ``connection.py`` -- its socket's I/O (protocol_v2.go's
   ``IOLoop`` and ``messagePump``, client_v2.go's reader and writer: input turns, output

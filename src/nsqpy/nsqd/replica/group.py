@@ -308,13 +308,13 @@ class Replication:
         name = topic.name
         if sized_bodies is not None:
             if isinstance(msgs, MessageRun):
-                ids, timestamp = tuple(msgs.ids), msgs.timestamp
+                ids, timestamp = msgs.ids, msgs.timestamp
             else:
                 ids, timestamp = tuple(msg.id for msg in msgs), msgs[0].timestamp
             self._put_unassigned(name, Run(name, timestamp, ids, sized_bodies), ids)
             return
         if isinstance(msgs, MessageRun):  # an MPUB's, never deferred
-            self._put_unassigned(name, Puts(name, framed_run(msgs)[0]), tuple(msgs.ids))
+            self._put_unassigned(name, Puts(name, framed_run(msgs)[0]), msgs.ids)
             return
         if not any(msg.deferred for msg in msgs):
             ids = tuple(msg.id for msg in msgs)
@@ -336,7 +336,7 @@ class Replication:
         if topic.ephemeral or not msgs:
             return
         names = tuple(channel.name for channel in channels if not channel.ephemeral)
-        ids = tuple(msgs.ids) if isinstance(msgs, MessageRun) else tuple(msg.id for msg in msgs)
+        ids = msgs.ids if isinstance(msgs, MessageRun) else tuple(msg.id for msg in msgs)
         assigned = self._assign_unsent(topic.name, names, ids)
         if assigned < len(ids):
             self._emit(Fanout(topic.name, names, ids[assigned:]))

@@ -4,6 +4,7 @@ consumer that records what it was sent."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,42 @@ async def test_req_without_a_delay_redelivers_at_once(
     consumer.req(msg.id, 0)
     assert [(m.id, m.attempts) for m in consumer.received] == [(msg.id, 1), (msg.id, 2)]
     assert channel.requeue_count == 1
+
+
+async def test_an_mpubs_messages_in_flight_refer_to_their_run_until_requeued(
+    nsqd: NSQD, channel: Channel, consumer: FakeConsumer, clock: FakeClock
+) -> None:
+    topic = nsqd.get_topic(channel.topic.name)
+    run = topic.new_run([b"a", b"b", b"c"])
+    topic.put_run(run)
+    await loop_turns()
+    consumer.rdy(3)
+    assert consumer.bodies() == [b"a", b"b", b"c"]
+    in_flight = list(channel.in_flight.values())
+    assert [(m.id, m.body, m.attempts) for m in in_flight] == [
+        (msg_id, body, 1) for msg_id, body in zip(run.ids, run.bodies, strict=True)
+    ]
+    for msg in in_flight:  # the cycle collector reads one run, not an ID and a body each
+        assert run in gc.get_referents(msg)
+        assert not [ref for ref in gc.get_referents(msg) if isinstance(ref, bytes)]
+    first, second, _ = run.ids
+    consumer.req(first, 5.0)  # deferred
+    consumer.req(second, 0)  # requeued, and sent again at once
+    assert channel.deferred[first].body == b"a"
+    assert channel.in_flight[second].body == b"b"
+    for msg in (channel.deferred[first], channel.in_flight[second]):
+        assert run not in gc.get_referents(msg)  # none keeps the whole run in memory
+    clock.advance(MSG_TIMEOUT + 1)
+    nsqd.scan_queues()  # all three are sent again: a when due, b and c timed out
+    assert sorted((m.body, m.attempts) for m in consumer.received[3:]) == [
+        (b"a", 2),
+        (b"b", 2),
+        (b"b", 3),
+        (b"c", 2),
+    ]
+    assert sorted(channel.in_flight) == sorted(run.ids)
+    for msg in channel.in_flight.values():
+        assert run not in gc.get_referents(msg)
 
 
 async def test_fin_of_an_id_not_in_flight_fails(channel: Channel, consumer: FakeConsumer) -> None:

@@ -10,7 +10,8 @@ Mirroring Go:
   ``__main__.py`` -- apps/nsqd/main.go
 - ``topic.py`` -- topic.go; ``channel.py`` -- channel.go (with in_flight_pqueue.go and
   internal/pqueue); ``consumer.py`` -- the ``Consumer`` interface atop channel.go
-- ``message.py`` -- message.go (and ``MessageRun``: an MPUB's messages not yet built);
+- ``message.py`` -- message.go (and ``MessageRun``: an MPUB's messages not yet built;
+  ``RunMessage``: one of them in flight, reading its ID and body from the run);
   ``guid.py`` -- guid.go
 - ``memory_queue.py`` -- the ``memoryMsgChan`` of topic.go and channel.go: a topic's and a
   channel's memory queue keep each batch as one run, shared by all channels; a channel builds
@@ -63,7 +64,7 @@ PUB -> deliver -> FIN:
    (``backend_writes.py``, ``diskqueue/``) for the topic's pump (``_pump``) to copy later.
 4. ``channel.py``: ``Channel.put_messages`` queues it; ``Channel.pump`` takes what fits a
    ready consumer's RDY window, puts it in flight (``start_in_flight_many``: attempts,
-   deadline, owner; MPUBs' queued runs are built straight into flight,
+   deadline, owner; MPUBs' queued runs are built straight into flight as ``RunMessage`` objects,
    ``start_runs_in_flight``) and hands the frames to the consumer (``consumer.py``;
    ``ClientV2.send_messages`` buffers them in its connection, ``Connection.after_deliveries``
    flushes).

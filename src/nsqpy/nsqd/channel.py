@@ -307,6 +307,7 @@ class Channel:
     def requeue(self, msg: Message) -> None:
         """Put back a message nsqd already accepted (REQ, timeout, deferral due): if the disk
         refuses it, keep it in memory beyond --mem-queue-size rather than lose it."""
+        msg = msg.detached()
         if self.held is not None:
             self.held.requeue(msg)
             return
@@ -446,8 +447,8 @@ class Channel:
             runs, in_flight, group, client, now, now + timeout, frames
         )
         if group is not in_flight:
-            started = [in_flight[msg_id] for run in runs for msg_id in run.ids]
-            group.update([(msg.id, msg) for msg in started if msg.group is group])
+            started = [(msg_id, in_flight[msg_id]) for run in runs for msg_id in run.ids]
+            group.update([(msg_id, msg) for msg_id, msg in started if msg.group is group])
         return sent, frames_size(sent, size)
 
     def finish_many(self, client: Consumer, ids: list[bytes], start: int = 0) -> int:
@@ -591,6 +592,7 @@ class Channel:
     # ------------------------------------------------------------------ deferred
 
     def start_deferred_timeout(self, msg: Message, delay: float) -> None:
+        msg = msg.detached()
         if msg.id in self.deferred:
             raise ChannelError("ID already deferred")
         msg.pri = self.nsqd.now() + delay

@@ -82,6 +82,10 @@ class Message:
         """This message for one channel to own: itself, or a copy if it is shared."""
         return self.copy() if self.shared else self
 
+    def detached(self) -> Message:
+        """This message as it may wait in a queue for long (requeued, deferred): itself."""
+        return self
+
     def encode(self) -> bytes:
         """The wire and disk encoding: ``BE64 ts, BE16 attempts, 16-byte id, body``."""
         return MESSAGE_HEADER.pack(self.timestamp, self.attempts) + self.id + self.body
@@ -91,6 +95,39 @@ class Message:
         size = MESSAGE_FRAME_OVERHEAD + len(self.body)
         header = MESSAGE_FRAME_HEADER.pack(size, FRAME_TYPE_MESSAGE, self.timestamp, self.attempts)
         return header + self.id + self.body
+
+
+class RunMessage(Message):
+    """A message an MPUB published, delivered from its run (:func:`frame_runs_in_flight`):
+    its ID and body are read from the run, not kept. The cycle collector walks each message in
+    flight that a young collection finds, and every object a message refers to is a memory
+    read for it: the run is one object for all its messages, where their IDs and bodies are
+    one each. Leaving flight for a queue, the message is :meth:`detached` from its run, so
+    that a requeued or deferred message does not keep its whole run in memory."""
+
+    __slots__ = ("index", "run")
+    run: MessageRun
+    index: int
+
+    @property
+    def id(self) -> bytes:
+        return self.run.ids[self.index]
+
+    @id.setter
+    def id(self, msg_id: bytes) -> None:
+        raise AttributeError("a run's message reads its ID from the run")
+
+    @property
+    def body(self) -> bytes:
+        return self.run.bodies[self.index]
+
+    @body.setter
+    def body(self, body: bytes) -> None:
+        raise AttributeError("a run's message reads its body from the run")
+
+    def detached(self) -> Message:
+        """A plain message with this one's ID, body, timestamp, attempts and deferral."""
+        return self.copy()
 
 
 class MessageRun:
@@ -206,12 +243,13 @@ def frame_runs_in_flight(
     size = sent = 0
     for run in runs:
         timestamp = run.timestamp
-        for msg_id, body in zip(run.ids, run.bodies, strict=True):
-            msg = _new_message(Message)
+        ids = run.ids
+        for index, msg_id, body in zip(range(len(ids)), ids, run.bodies, strict=True):
+            msg = _new_message(RunMessage)
             if put_in_flight(msg_id, msg) is not msg:
                 continue
-            msg.id = msg_id
-            msg.body = body
+            msg.run = run
+            msg.index = index
             msg.timestamp = timestamp
             msg.attempts = 1
             msg.deferred = 0.0

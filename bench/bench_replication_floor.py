@@ -20,9 +20,15 @@ bound: beside our nsqd at R=1 and R=3 (bench_replication.py's groups, PUB only) 
 
 So the floor relay's R=3 / R=1 is what a replication path that cost nothing beyond moving
 the bytes to two peers and one acknowledgement back would get here, at our R=1's speed: a
-ratio our nsqd cannot beat on this machine. The table gives PUB msgs/s, the ratio to the same
-server's R=1, and CPU µs per message by process (owner first). Trials rotate the order of
-the four runs; medians.
+ratio our nsqd cannot beat on this machine.
+
+One more run splits our gap between the owner and its peers: our nsqd as the owner, its two
+peers *logging peers* that speak our replication protocol but only append each EVENTS frame
+to a file and acknowledge it (no decoding, no index, no takeover state; a peer that could
+never take over). Its ratio is what our owner allows with peers that cost next to nothing.
+
+The table gives PUB msgs/s, the ratio to the same owner's R=1, and CPU µs per message by
+process (owner first). Trials rotate the order of the runs after ours at R=1; medians.
 """
 
 from __future__ import annotations
@@ -43,12 +49,14 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from bench_nsqd import cpu_seconds, free_port, go_tool
-from bench_replication import SCENARIOS, TOPIC, Group, format_load, git_commit
+from bench_nsqd import Server, cpu_seconds, free_port, go_tool
+from bench_replication import CHANNEL, SCENARIOS, TOPIC, Group, format_load, git_commit
+from nsqpy.protocol import replica as r1
 
 _SIZE = struct.Struct(">I")
 _OK = struct.pack(">II", 6, 0) + b"OK"  # a V2 response frame: size, type 0, "OK"
 _ACK = _SIZE.pack(0)
+_EVENTS_HEAD = struct.Struct(">QI")
 
 
 # ---------------------------------------------------------------------------- the floor relay
@@ -168,6 +176,52 @@ async def _peer(port: int, log: BinaryIO) -> None:
     await asyncio.get_running_loop().create_server(lambda: _Framed(on_frame), "127.0.0.1", port)
 
 
+class _LoggingPeer(asyncio.Protocol):
+    """A replica peer in name only: the ``  R1`` magic, HELLO answered with a WELCOME that
+    stored nothing, each EVENTS frame appended to the log and acknowledged, PING answered."""
+
+    def __init__(self, log: BinaryIO) -> None:
+        self.log = log
+        self.buffer = bytearray()
+        self.magic = False
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        buffer = self.buffer
+        buffer += data
+        if not self.magic:
+            if len(buffer) < 4:
+                return
+            del buffer[:4]
+            self.magic = True
+        pos, end, last = 0, len(buffer), None
+        while end - pos >= 5:
+            size, kind = r1.FRAME_HEAD.unpack_from(buffer, pos)
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            if kind == r1.FRAME_EVENTS:  # BE64 first sequence number, BE32 event count, ...
+                first, count = _EVENTS_HEAD.unpack_from(buffer, pos + 5)
+                self.log.write(memoryview(buffer)[pos:stop])
+                last = first + count - 1
+            elif kind == r1.FRAME_HELLO:
+                self.transport.write(r1.welcome({"incarnation": "logging", "stored": 0}))
+            elif kind == r1.FRAME_PING:
+                self.transport.write(r1.pong())
+            pos = stop
+        del buffer[:pos]
+        if last is not None:
+            self.transport.write(r1.ack(last))
+
+
+async def _logging_peer(port: int, log: BinaryIO) -> None:
+    await asyncio.get_running_loop().create_server(lambda: _LoggingPeer(log), "127.0.0.1", port)
+
+
 def serve(role: str, port: int, peers: list[int], work_us: float, path: str) -> None:
     import uvloop
 
@@ -175,6 +229,8 @@ def serve(role: str, port: int, peers: list[int], work_us: float, path: str) -> 
         with open(path, "ab", buffering=0) as log:
             if role == "peer":
                 await _peer(port, log)
+            elif role == "logging-peer":
+                await _logging_peer(port, log)
             else:
                 await _owner(port, peers, work_us / 1e6, log)
             print("ready", flush=True)
@@ -182,6 +238,18 @@ def serve(role: str, port: int, peers: list[int], work_us: float, path: str) -> 
 
     uvloop.install()
     asyncio.run(main())
+
+
+def spawn(args: list[str]) -> subprocess.Popen[str]:
+    """This script as a server (``--serve role port peers work path``), once it is ready."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", *args], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"a {args[0]} process did not start")
+    return proc
 
 
 class FloorGroup:
@@ -201,13 +269,7 @@ class FloorGroup:
         self._spawn(["owner", str(self.port), peers, str(self.work_us), f"{self.base}/owner"])
 
     def _spawn(self, args: list[str]) -> None:
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve", *args], stdout=subprocess.PIPE, text=True
-        )
-        self.procs.append(proc)
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "ready":
-            raise RuntimeError("a floor relay process did not start")
+        self.procs.append(spawn(args))
 
     def pids(self) -> list[int]:  # the owner first, as bench_replication's groups
         return [self.procs[-1].pid, *(proc.pid for proc in self.procs[:-1])]
@@ -260,6 +322,27 @@ def ours(nodes: int, args: argparse.Namespace) -> Run:
             group.stop()
 
 
+def ours_with_logging_peers(args: argparse.Namespace) -> Run:
+    """Our nsqd as the owner of a group of three, its peers logging peers (acks 2)."""
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as base:
+        ports = [free_port(), free_port()]
+        peers = [spawn(["logging-peer", str(p), "", "0", f"{base}/peer{p}"]) for p in ports]
+        Path(f"{base}/owner").mkdir()
+        replication = [f"--replica-peer=127.0.0.1:{port}" for port in ports]
+        replication += ["--replica-acks=2", "--replica-timeout=10s", "--node-id=1"]
+        owner = Server("nsqpy", [sys.executable, "-m", "nsqpy.nsqd", *replication], f"{base}/owner")
+        try:
+            owner.start()
+            owner.post(f"/topic/create?topic={TOPIC}")
+            owner.post(f"/channel/create?topic={TOPIC}&channel={CHANNEL}")
+            return publish(args.go_bin, owner.tcp, [owner.pid, *(p.pid for p in peers)], args)
+        finally:
+            owner.stop()
+            for peer in peers:
+                peer.kill()
+                peer.wait(10)
+
+
 def floor(nodes: int, work_us: float, args: argparse.Namespace) -> Run:
     with tempfile.TemporaryDirectory(prefix="bench-floor-") as base:
         group = FloorGroup(nodes, work_us, base)
@@ -275,7 +358,7 @@ def run(args: argparse.Namespace) -> int:
         f"load average before: {format_load()}  cores {os.cpu_count()}  commit {git_commit()}",
         flush=True,
     )
-    names = ["ours R=1", "ours R=3", "floor R=1", "floor R=3"]
+    names = ["ours R=1", "ours R=3", "ours R=3, logging peers", "floor R=1", "floor R=3"]
     runs: dict[str, list[Run]] = {name: [] for name in names}
     works: list[float] = []
     idle = floor(1, 0.0, args).owner_loop_cpu * args.batch_size  # the relay's own cost
@@ -289,6 +372,7 @@ def run(args: argparse.Namespace) -> int:
         works.append(work)
         rest = [
             ("ours R=3", partial(ours, 3, args)),
+            ("ours R=3, logging peers", partial(ours_with_logging_peers, args)),
             ("floor R=1", partial(floor, 1, work, args)),
             ("floor R=3", partial(floor, 3, work, args)),
         ]
@@ -306,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
     print("|---|---|---|---|")
     for name in names:
         pub = statistics.median(r.pub for r in runs[name])
-        base = statistics.median(r.pub for r in runs[name.split()[0] + " R=1"])
+        base = statistics.median(r.pub for r in runs[name.split()[0] + " R=1"])  # same owner
         by_process = zip(*(r.cpu_by_process for r in runs[name]), strict=True)
         cpu = " / ".join(f"{statistics.median(values):.2f}" for values in by_process)
         print(f"| {name} | {pub:,.0f} | {pub / base:.2f}x | {cpu} |")
@@ -323,7 +407,7 @@ def main(argv: list[str]) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runfor", default="4s", help="bench_writer's time, in seconds")
-    parser.add_argument("--trials", type=int, default=3, help="rounds of the four runs")
+    parser.add_argument("--trials", type=int, default=3, help="rounds of the five runs")
     parser.add_argument(
         "--go-bin",
         default=os.environ.get("GO_NSQ_BIN", "build/go-nsq"),

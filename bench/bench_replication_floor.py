@@ -326,12 +326,14 @@ def ours_with_logging_peers(args: argparse.Namespace) -> Run:
     """Our nsqd as the owner of a group of three, its peers logging peers (acks 2)."""
     with tempfile.TemporaryDirectory(prefix="bench-floor-") as base:
         ports = [free_port(), free_port()]
-        peers = [spawn(["logging-peer", str(p), "", "0", f"{base}/peer{p}"]) for p in ports]
         Path(f"{base}/owner").mkdir()
         replication = [f"--replica-peer=127.0.0.1:{port}" for port in ports]
         replication += ["--replica-acks=2", "--replica-timeout=10s", "--node-id=1"]
         owner = Server("nsqpy", [sys.executable, "-m", "nsqpy.nsqd", *replication], f"{base}/owner")
+        peers: list[subprocess.Popen[str]] = []
         try:
+            for port in ports:
+                peers.append(spawn(["logging-peer", str(port), "", "0", f"{base}/peer{port}"]))
             owner.start()
             owner.post(f"/topic/create?topic={TOPIC}")
             owner.post(f"/channel/create?topic={TOPIC}&channel={CHANNEL}")

@@ -62,16 +62,38 @@ _EVENTS_HEAD = struct.Struct(">QI")
 # ---------------------------------------------------------------------------- the floor relay
 
 
-class _Framed(asyncio.Protocol):
-    """BE32-sized frames in, each handed to ``on_frame`` with this protocol."""
+class _Connection(asyncio.Protocol):
+    """A connection's input buffer and its transport; ``magic`` False while a 4-byte magic
+    (a client's first bytes) is still to be taken off the input."""
 
-    def __init__(self, on_frame: Callable[[_Framed, bytes], None]) -> None:
+    def __init__(self, magic: bool = True) -> None:
         self.buffer = bytearray()
-        self.on_frame = on_frame
+        self.magic = magic
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def take_magic(self) -> bool:
+        """Whether the magic is behind (taken off the buffer now, if it has arrived)."""
+        if not self.magic:
+            if len(self.buffer) < 4:
+                return False
+            del self.buffer[:4]
+            self.magic = True
+        return True
+
+
+class _Framed(_Connection):
+    """BE32-sized frames in, each handed to ``on_frame`` with this protocol."""
+
+    def __init__(self, on_frame: Callable[[_Framed, bytes], None], magic: bool = True) -> None:
+        super().__init__(magic)
+        self.on_frame = on_frame
 
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer
@@ -84,10 +106,6 @@ class _Framed(asyncio.Protocol):
             del buffer[: 4 + size]
             self.on_frame(self, frame)
 
-    def write(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
-
 
 class _V2(_Framed):
     """Just enough of nsqd's V2 for bench_writer: the magic, then commands ``VERB ...\\n``
@@ -95,17 +113,13 @@ class _V2(_Framed):
     else is answered OK."""
 
     def __init__(self, on_frame: Callable[[_Framed, bytes], None]) -> None:
-        super().__init__(on_frame)
-        self.magic = False
+        super().__init__(on_frame, magic=False)
 
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer
         buffer += data
-        if not self.magic:
-            if len(buffer) < 4:
-                return
-            del buffer[:4]
-            self.magic = True
+        if not self.take_magic():
+            return
         while True:
             newline = buffer.find(b"\n")
             if newline < 0 or len(buffer) < newline + 5:
@@ -176,28 +190,19 @@ async def _peer(port: int, log: BinaryIO) -> None:
     await asyncio.get_running_loop().create_server(lambda: _Framed(on_frame), "127.0.0.1", port)
 
 
-class _LoggingPeer(asyncio.Protocol):
+class _LoggingPeer(_Connection):
     """A replica peer in name only: the ``  R1`` magic, HELLO answered with a WELCOME that
     stored nothing, each EVENTS frame appended to the log and acknowledged, PING answered."""
 
     def __init__(self, log: BinaryIO) -> None:
+        super().__init__(magic=False)
         self.log = log
-        self.buffer = bytearray()
-        self.magic = False
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
         buffer = self.buffer
         buffer += data
-        if not self.magic:
-            if len(buffer) < 4:
-                return
-            del buffer[:4]
-            self.magic = True
+        if not self.take_magic():
+            return
         pos, end, last = 0, len(buffer), None
         while end - pos >= 5:
             size, kind = r1.FRAME_HEAD.unpack_from(buffer, pos)
@@ -209,13 +214,13 @@ class _LoggingPeer(asyncio.Protocol):
                 self.log.write(memoryview(buffer)[pos:stop])
                 last = first + count - 1
             elif kind == r1.FRAME_HELLO:
-                self.transport.write(r1.welcome({"incarnation": "logging", "stored": 0}))
+                self.write(r1.welcome({"incarnation": "logging", "stored": 0}))
             elif kind == r1.FRAME_PING:
-                self.transport.write(r1.pong())
+                self.write(r1.pong())
             pos = stop
         del buffer[:pos]
         if last is not None:
-            self.transport.write(r1.ack(last))
+            self.write(r1.ack(last))
 
 
 async def _logging_peer(port: int, log: BinaryIO) -> None:
@@ -388,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
         f"x {args.runfor}; the floor relay's owner spends {statistics.median(works):.0f} us "
         "per MPUB (median)"
     )
-    print("| | PUB msgs/s | x its R=1 | CPU us/msg by process: owner / peers |")
+    print("| | PUB msgs/s | x its owner's R=1 | CPU us/msg by process: owner / peers |")
     print("|---|---|---|---|")
     for name in names:
         pub = statistics.median(r.pub for r in runs[name])

@@ -256,15 +256,10 @@ def _id(msg_id: bytes) -> bytes:
     return msg_id
 
 
-def _ids(ids: Sequence[bytes]) -> bytes:
-    for msg_id in ids:
-        _id(msg_id)
-    return _U32.pack(len(ids)) + b"".join(ids)
-
-
 def _id_run(ids: Sequence[bytes]) -> bytes:
-    """``ids`` as their count and their bytes, checked by length as a whole: a wrong-sized
-    ID among them makes the total a wrong multiple or the split at decoding differ."""
+    """``ids`` as their count and their bytes, checked by length as a whole (they are nsqd's
+    own message IDs): a wrong-sized ID among them makes the total a wrong multiple or the
+    split at decoding differ."""
     joined = b"".join(ids)
     if len(joined) != ID_SIZE * len(ids):
         raise ReplicaProtocolError(f"message IDs of {len(joined)} bytes for {len(ids)} IDs")
@@ -332,9 +327,9 @@ def _encode_one(event: Event) -> bytes:
     if isinstance(event, Put):
         return _encode_put(event)
     if isinstance(event, Fin):
-        return b"\x03" + _str(event.topic) + _str(event.channel) + _ids(event.ids)
+        return b"\x03" + _str(event.topic) + _str(event.channel) + _id_run(event.ids)
     if isinstance(event, Fanout):
-        return b"\x02" + _str(event.topic) + _channels(event.channels) + _ids(event.ids)
+        return b"\x02" + _str(event.topic) + _channels(event.channels) + _id_run(event.ids)
     if isinstance(event, Attempts):
         fixed = _ID_U16.pack(_id(event.msg_id), event.attempts)
         return b"\x04" + _str(event.topic) + _str(event.channel) + fixed

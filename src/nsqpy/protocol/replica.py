@@ -256,7 +256,7 @@ def _id(msg_id: bytes) -> bytes:
     return msg_id
 
 
-def _id_run(ids: Sequence[bytes]) -> bytes:
+def _ids(ids: Sequence[bytes]) -> bytes:
     """``ids`` as their count and their bytes, checked by length as a whole (they are nsqd's
     own message IDs): a wrong-sized ID among them makes the total a wrong multiple or the
     split at decoding differ."""
@@ -309,7 +309,7 @@ def _encode_parts(event: Event) -> tuple[bytes | memoryview, ...]:
             _str(event.topic),
             _channels(event.channels),
             _I64.pack(event.timestamp),
-            _id_run(event.ids),
+            _ids(event.ids),
             _U32.pack(len(event.bodies)),
             event.bodies,
         )
@@ -327,9 +327,9 @@ def _encode_one(event: Event) -> bytes:
     if isinstance(event, Put):
         return _encode_put(event)
     if isinstance(event, Fin):
-        return b"\x03" + _str(event.topic) + _str(event.channel) + _id_run(event.ids)
+        return b"\x03" + _str(event.topic) + _str(event.channel) + _ids(event.ids)
     if isinstance(event, Fanout):
-        return b"\x02" + _str(event.topic) + _channels(event.channels) + _id_run(event.ids)
+        return b"\x02" + _str(event.topic) + _channels(event.channels) + _ids(event.ids)
     if isinstance(event, Attempts):
         fixed = _ID_U16.pack(_id(event.msg_id), event.attempts)
         return b"\x04" + _str(event.topic) + _str(event.channel) + fixed

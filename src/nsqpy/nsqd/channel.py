@@ -76,6 +76,9 @@ class ChannelTopic(Protocol):
         """Remove ``channel`` if it has no consumers left (an ephemeral channel's last one
         went)."""
 
+    def copy_named_puts(self) -> None:
+        """Copy to the channels now what replication named for them at put time."""
+
 
 class Channel:
     __slots__ = (
@@ -638,6 +641,7 @@ class Channel:
 
     def empty(self) -> None:
         """Discard queued, in-flight and deferred messages (HTTP /channel/empty)."""
+        self.topic.copy_named_puts()  # those published before it first reach this channel
         self.in_flight.clear()
         self._in_flight_groups = {self.nsqd.options.msg_timeout: self.in_flight}
         self._in_flight_capped = []

@@ -53,10 +53,13 @@ class QueuedReply:
     commands run meanwhile and their replies queue behind this one, so replies keep the
     commands' order and one connection's publishes overlap their replication round trips."""
 
-    __slots__ = ("task",)
+    __slots__ = ("task", "tells_when_done")
 
-    def __init__(self, reply: Awaitable[bytes | None]) -> None:
+    def __init__(self, reply: Awaitable[bytes | None], tells_when_done: bool = False) -> None:
         self.task: asyncio.Future[bytes | None] = asyncio.ensure_future(reply)
+        #: whoever completes ``task`` calls :meth:`ClientV2.send_ready_replies` right after, in
+        #: its own loop turn: no done-callback turn between a peer's ACK and the OK
+        self.tells_when_done = tells_when_done
 
 
 class ClientV2:
@@ -240,7 +243,8 @@ class ClientV2:
 
     def _queue_reply(self, reply: QueuedReply) -> None:
         self._replies.append(reply)
-        reply.task.add_done_callback(self._send_replies)
+        if not reply.tells_when_done:
+            reply.task.add_done_callback(self.send_ready_replies)
 
     async def _replies_sent(self) -> None:
         """Until every queued reply is out (the next command needs the connection alone)."""
@@ -248,7 +252,7 @@ class ClientV2:
             self._replies_out = self.loop.create_future()
             await self._replies_out
 
-    def _send_replies(self, _: object = None) -> None:
+    def send_ready_replies(self, _: object = None) -> None:
         """Send the queued replies that are ready, in order, up to the first still waiting
         (in one write)."""
         replies, connection = self._replies, self.connection

@@ -452,19 +452,24 @@ class ProtocolV2:
             raise ProtocolError(f"E_{name}_FAILED", f"{name} failed {exc}") from None
         client.published(topic_name, 1)
         if replication is not None:  # the OK once acks-1 peers stored it
-            return self._replicated_ok(replication, syncs + self.nsqd.topic_starting(topic), name)
+            return self._replicated_ok(
+                client, replication, syncs + self.nsqd.topic_starting(topic), name
+            )
         return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     @staticmethod
     def _replicated_ok(
-        replication: Replication, waits: tuple[asyncio.Task[None], ...], name: str
+        client: ClientV2,
+        replication: Replication,
+        waits: tuple[asyncio.Task[None], ...],
+        name: str,
     ) -> bytes | Awaitable[bytes | None] | QueuedReply:
         """The OK once acks-1 peers stored what was put; while it waits for them, the
         client's later commands run (their replies queue behind it)."""
-        reply = replication.ack_after(waits, OK, name)
-        if isinstance(reply, bytes) or replication.acks <= 1:
-            return reply
-        return QueuedReply(reply)
+        if waits or replication.acks <= 1:
+            return replication.ack_after(waits, OK, name)
+        reply = replication.ack_when_stored(OK, name, client.send_ready_replies)
+        return reply if isinstance(reply, bytes) else QueuedReply(reply, tells_when_done=True)
 
     def PUB(
         self, client: ClientV2, command: Command
@@ -516,7 +521,7 @@ class ProtocolV2:
         syncs = self._put_slice(client, topic, bodies, self.nsqd.wall_ns(), sized_bodies)
         if replication is not None:  # the OK once acks-1 peers stored them
             waits = syncs + self.nsqd.topic_starting(topic)
-            return self._replicated_ok(replication, waits, "MPUB")
+            return self._replicated_ok(client, replication, waits, "MPUB")
         return ack_after(syncs + self.nsqd.topic_starting(topic), OK)
 
     def _put_slice(

@@ -152,6 +152,7 @@ class Topic:
     def get_channel(self, name: str) -> Channel:
         channel = self.channels.get(name)
         if channel is None:
+            self.copy_named_puts()
             channel = self.nsqd.new_channel(self, name)
             self.channels[name] = channel
             self._channel_list = list(self.channels.values())
@@ -162,7 +163,13 @@ class Topic:
     def get_existing_channel(self, name: str) -> Channel | None:
         return self.channels.get(name)
 
+    def channel_list(self) -> list[Channel]:
+        """The channels, as the pump copies to them."""
+        return self._channel_list
+
     def delete_existing_channel(self, name: str) -> None:
+        if name in self.channels:
+            self.copy_named_puts()
         channel = self.channels.pop(name, None)
         if channel is None:
             raise TopicError("channel does not exist")
@@ -461,6 +468,36 @@ class Topic:
             return
         self._pump_handle = self.nsqd.loop.call_soon(self._pump)
 
+    def copies_next(self, count: int, named: int) -> bool:
+        """Whether ``count`` messages put now wait in memory behind only the ``named`` ones
+        (whose replication events named the channels, Replication.put) and the pump copies
+        them all to the channels it has now, unless :meth:`copy_named_puts` runs first: so
+        their events may name those channels before the pump has run."""
+        return (
+            self.flowing()
+            and self.held_copies is None
+            and not self.publish_writes_channels()
+            and len(self.memory_queue) == named
+            and named + count <= self.mem_capacity
+            and self.backend.depth() == 0
+            and not isinstance(self._pump_handle, asyncio.TimerHandle)
+        )
+
+    def copy_named_puts(self) -> None:
+        """Copy now to the channels the messages whose replication events named them at
+        put time (see :meth:`copies_next`), before the channels change, the topic pauses or
+        a queue is emptied: here as in the peers' copies, those messages came before it."""
+        replication = self.nsqd.replication
+        if replication is None or not replication.named_waiting(self.name):
+            return
+        while replication.named_waiting(self.name) and self.memory_queue and self.flowing():
+            if self._pump_handle is not None:
+                self._pump_handle.cancel()
+                self._pump_handle = None
+            self._pump()
+        replication.forget_named(self.name)
+        self._schedule_pump()
+
     def pump_now(self) -> bool:
         """Run now the pump scheduled for the next loop turn; whether it ran (a pump put
         off to let publishers go first keeps its time). The replication flush calls it, so
@@ -617,6 +654,7 @@ class Topic:
 
     def pause(self) -> None:
         if self.nsqd.replication is not None and not self.paused:  # group-wide, on a change
+            self.copy_named_puts()
             self.nsqd.replication.topic_op(self.name, OP_PAUSE)
         self.paused = True
 
@@ -627,6 +665,7 @@ class Topic:
         self._schedule_pump()
 
     def empty(self) -> None:
+        self.copy_named_puts()
         if self.held_copies is not None:
             self.held_copies.clear()
         self.memory_queue.clear()

@@ -19,7 +19,7 @@ import math
 import os
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -152,6 +152,8 @@ class _Waiter:
     future: asyncio.Future[bytes | None]
     response: bytes | None = None
     name: str | None = None
+    #: called once ``future`` is done, in the same loop turn (the publisher's replies go out)
+    then: Callable[[], None] | None = None
 
 
 class Replication:
@@ -171,10 +173,14 @@ class Replication:
         self.inbound: set[InboundLink] = set()
         self._waiters: deque[_Waiter] = deque()
         self._short_since: float | None = None
-        self._flush_scheduled = False
+        #: the flush scheduled for the loop turn after the next, while events wait to be sent
+        self._flush_handle: asyncio.Handle | None = None
         #: per topic, the Puts or Runs not sent yet whose messages wait for a Fanout: (seq,
         #: their IDs)
         self._unassigned: dict[str, deque[tuple[int, tuple[bytes, ...]]]] = {}
+        #: per topic, the IDs of puts whose events named the topic's channels at put time
+        #: (see _channels_at_put) and that its pump has not copied yet, with those names
+        self._named: dict[str, deque[tuple[tuple[bytes, ...], tuple[str, ...]]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         #: a peer's CHANNEL or TOPIC operation is being applied: not echoed (see _apply_op)
         self._applying = False
@@ -222,11 +228,13 @@ class Replication:
 
     def _emit(self, event: Event) -> None:
         self.stream.append(event)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
+        if self._flush_handle is None:
             # one loop turn later: a topic's pump scheduled by the same put runs first, so
             # its Fanout can still join the put's Puts (see fanout)
-            self.nsqd.loop.call_soon(self.nsqd.loop.call_soon, self._flush)
+            self._flush_handle = self.nsqd.loop.call_soon(self._flush_next_turn)
+
+    def _flush_next_turn(self) -> None:
+        self._flush_handle = self.nsqd.loop.call_soon(self._flush)
 
     def flush_settled(self) -> None:
         """Send now what a client's commands emitted, their topics pumped first so that a
@@ -234,7 +242,7 @@ class Replication:
         The publisher waits for the peers' ACK: the other connections' commands later in
         this loop turn must not hold its events back, or every connection's publishes
         would move in step. Left to the scheduled flush while a pump keeps its time."""
-        if not self._flush_scheduled:
+        if self._flush_handle is None:
             return
         for name, unassigned in self._unassigned.items():
             topic = self.nsqd.topics.get(name) if unassigned else None
@@ -246,7 +254,9 @@ class Replication:
     def _flush(self) -> None:
         """Every connected peer gets the events it has not been sent, in EVENTS frames:
         encoded once for the peers that were sent as much."""
-        self._flush_scheduled = False
+        if self._flush_handle is not None:  # (a flush_settled came first)
+            self._flush_handle.cancel()
+            self._flush_handle = None
         self._unassigned.clear()
         last = self.stream.last
         frames: dict[int, list[bytes]] = {}
@@ -306,28 +316,57 @@ class Replication:
         if topic.ephemeral:
             return
         name = topic.name
-        if sized_bodies is not None:
-            if isinstance(msgs, MessageRun):
-                ids, timestamp = msgs.ids, msgs.timestamp
+        if isinstance(msgs, MessageRun) or not any(msg.deferred for msg in msgs):
+            names = self._channels_at_put(topic, len(msgs))
+            if sized_bodies is not None:
+                if isinstance(msgs, MessageRun):
+                    ids, timestamp = msgs.ids, msgs.timestamp
+                else:
+                    ids, timestamp = tuple(msg.id for msg in msgs), msgs[0].timestamp
+                self._put_event(name, Run(name, timestamp, ids, sized_bodies, names), ids, names)
+            elif isinstance(msgs, MessageRun):  # an MPUB's, never deferred
+                self._put_event(name, Puts(name, framed_run(msgs)[0], names), msgs.ids, names)
             else:
-                ids, timestamp = tuple(msg.id for msg in msgs), msgs[0].timestamp
-            self._put_unassigned(name, Run(name, timestamp, ids, sized_bodies), ids)
-            return
-        if isinstance(msgs, MessageRun):  # an MPUB's, never deferred
-            self._put_unassigned(name, Puts(name, framed_run(msgs)[0]), msgs.ids)
-            return
-        if not any(msg.deferred for msg in msgs):
-            ids = tuple(msg.id for msg in msgs)
-            self._put_unassigned(name, Puts(name, framed_records(msgs)), ids)
+                ids = tuple(msg.id for msg in msgs)
+                self._put_event(name, Puts(name, framed_records(msgs), names), ids, names)
             return
         for msg in msgs:
             defer_ms = math.ceil(msg.deferred * 1000) if msg.deferred else 0
             self._emit(Put(name, msg.id, msg.timestamp, msg.attempts, msg.body, None, defer_ms))
 
-    def _put_unassigned(self, topic: str, event: Puts | Run, ids: tuple[bytes, ...]) -> None:
-        """One Puts or Run event; its messages wait to be named by the pump's fan-out."""
+    def _channels_at_put(self, topic: Topic, count: int) -> tuple[str, ...] | None:
+        """The channels a put's event names: the topic's own, when its pump copies the put's
+        messages to those next (Topic.copies_next), so the event leaves without waiting for
+        the pump; else None, and the pump's fan-out names them (see fanout)."""
+        named = self._named.get(topic.name)
+        waiting = sum([len(ids) for ids, _ in named]) if named else 0
+        if not topic.copies_next(count, waiting):
+            return None
+        return tuple(channel.name for channel in topic.channel_list() if not channel.ephemeral)
+
+    def _put_event(
+        self,
+        topic: str,
+        event: Puts | Run,
+        ids: tuple[bytes, ...],
+        names: tuple[str, ...] | None,
+    ) -> None:
+        """One Puts or Run event; unless it names its channels, its messages wait to be named
+        by the pump's fan-out."""
         self._emit(event)
-        self._unassigned.setdefault(topic, deque()).append((self.stream.last, ids))
+        if names is None:
+            self._unassigned.setdefault(topic, deque()).append((self.stream.last, ids))
+        else:
+            self._named.setdefault(topic, deque()).append((ids, names))
+
+    def named_waiting(self, topic: str) -> bool:
+        """Whether messages put to ``topic`` with their channels named wait for its pump."""
+        return bool(self._named.get(topic))
+
+    def forget_named(self, topic: str) -> None:
+        """The topic will not copy its named puts' messages as they were named (it stops, or
+        is deleted): a later copy of any of them goes as a Fanout."""
+        self._named.pop(topic, None)
 
     def fanout(
         self, topic: Topic, channels: Sequence[Channel], msgs: Sequence[Message] | MessageRun
@@ -337,9 +376,42 @@ class Replication:
             return
         names = tuple(channel.name for channel in channels if not channel.ephemeral)
         ids = msgs.ids if isinstance(msgs, MessageRun) else tuple(msg.id for msg in msgs)
-        assigned = self._assign_unsent(topic.name, names, ids)
+        done = self._copied_as_named(topic.name, names, msgs, ids)
+        assigned = done + self._assign_unsent(topic.name, names, ids[done:])
         if assigned < len(ids):
             self._emit(Fanout(topic.name, names, ids[assigned:]))
+
+    def _copied_as_named(
+        self,
+        topic: str,
+        names: tuple[str, ...],
+        msgs: Sequence[Message] | MessageRun,
+        ids: tuple[bytes, ...],
+    ) -> int:
+        """How many of ``ids`` (from the first) were put in events that named their channels.
+        Those copied to other channels than named (the topic's channels changed in between
+        without Topic.copy_named_puts) are put again naming these: the peers add the copies
+        they lack."""
+        named = self._named.get(topic)
+        done = 0
+        while named and done < len(ids):
+            put_ids, put_names = named[0]
+            count = min(len(put_ids), len(ids) - done)
+            if ids[done : done + count] != put_ids[:count]:
+                named.clear()  # (never expected) the rest take the pump's way
+                break
+            if count < len(put_ids):
+                named[0] = (put_ids[count:], put_names)
+            else:
+                named.popleft()
+            if put_names != names:
+                if isinstance(msgs, MessageRun):
+                    copied = msgs.messages(done, done + count)
+                else:
+                    copied = list(msgs[done : done + count])
+                self._emit(Puts(topic, framed_records(copied), names))
+            done += count
+        return done
 
     def _assign_unsent(self, topic: str, names: tuple[str, ...], ids: tuple[bytes, ...]) -> int:
         """How many of ``ids`` (from the first) were the messages of Puts or Run events not
@@ -381,6 +453,7 @@ class Replication:
 
     def send_snapshot(self) -> int:
         """What this node owns, as PUTs into the stream (snapshot.py); how many."""
+        self._named.clear()  # a topic's queued messages are held in it: its pump's Fanout
         count = 0
         for event in live_events(self.nsqd):
             self._emit(event)
@@ -392,6 +465,8 @@ class Replication:
             self._emit(ChannelOp(topic, channel, op))
 
     def topic_op(self, topic: str, op: str) -> None:
+        if op == OP_DELETE:
+            self.forget_named(topic)
         if not self._applying and not is_ephemeral(topic):
             self._emit(TopicOp(topic, op))
 
@@ -423,13 +498,21 @@ class Replication:
         arrives: the reply leaves in the loop turn after the ACK, not after a task's."""
         if self.acks <= 1:
             return ack_after(waits, response)
-        seq = self.stream.last
         if waits:
-            return self._answer_when_acked(waits, response, name, seq)
+            return self._answer_when_acked(waits, response, name, self.stream.last)
+        return self.ack_when_stored(response, name)
+
+    def ack_when_stored(
+        self, response: bytes, name: str, then: Callable[[], None] | None = None
+    ) -> bytes | asyncio.Future[bytes | None]:
+        """``response`` if acks-1 peers stored what was put so far, else a future the peers'
+        ACK completes with it (or Go's failure for ``name``'s publish); ``then`` is called
+        right after, in the ACK's own loop turn."""
+        seq = self.stream.last
         if self._enough_acked(seq):
             return response
         future: asyncio.Future[bytes | None] = self.nsqd.loop.create_future()
-        self._waiters.append(_Waiter(seq, future, response, name))
+        self._waiters.append(_Waiter(seq, future, response, name, then))
         return future
 
     async def _answer_when_acked(
@@ -468,6 +551,8 @@ class Replication:
                     return
                 waiter.future.set_result(waiter.response)
             waiters.popleft()
+            if waiter.then is not None:
+                waiter.then()
 
     def _fail_waiters(self, error: ReplicasShort) -> None:
         while self._waiters:
@@ -480,6 +565,8 @@ class Replication:
             else:
                 failed = ProtocolError(f"E_{name}_FAILED", f"{name} failed {error}")
                 waiter.future.set_exception(failed)
+            if waiter.then is not None:
+                waiter.then()
 
     # ------------------------------------------------------------------ the peers' streams
 

@@ -1,6 +1,7 @@
 """The floor under replicated PUB on this machine: our group beside the least relay that can do it.
 
     python bench/bench_replication_floor.py --go-bin "$GO_NSQ_BIN" --trials 5
+    python bench/bench_replication_floor.py --go-bin "$GO_NSQ_BIN" --before-src /tmp/before/src
 
 Replication's cost goal is PUB at R=3 (``--replica-acks=2``) >= 0.6x of R=1 under Go's
 ``bench_writer`` (two connections, one MPUB of 200 x 200 B outstanding on each;
@@ -26,6 +27,9 @@ One more run splits our gap between the owner and its peers: our nsqd as the own
 peers *logging peers* that speak our replication protocol but only append each EVENTS frame
 to a file and acknowledge it (no decoding, no index, no takeover state; a peer that could
 never take over). Its ratio is what our owner allows with peers that cost next to nothing.
+
+``--before-src DIR`` adds our groups at R=1 and R=3 with the nsqpy whose ``src`` is DIR
+(``git archive <commit> src``), in the same trials: a change's effect beside the bound.
 
 The table gives PUB msgs/s, the ratio to the same owner's R=1, and CPU µs per message by
 process (owner first). Trials rotate the order of the runs after ours at R=1; medians.
@@ -314,10 +318,14 @@ def publish(go_bin: str, port: int, pids: list[int], args: argparse.Namespace) -
     return Run(rate, by_process, (loop_after - loop_before) * 1e6 / messages)
 
 
-def ours(nodes: int, args: argparse.Namespace) -> Run:
+def ours(nodes: int, args: argparse.Namespace, src: Path | None = None) -> Run:
+    """Our group of ``nodes`` (nsqpy from ``src`` if given, else this one)."""
     scenario = next(s for s in SCENARIOS if s.nodes == nodes)
     with tempfile.TemporaryDirectory(prefix="bench-floor-") as base:
         group = Group(scenario, base, [])
+        if src is not None:
+            for server in group.servers:
+                server.env = {**os.environ, "PYTHONPATH": str(src)}
         try:
             group.start()
             group.create(TOPIC)
@@ -366,6 +374,8 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     names = ["ours R=1", "ours R=3", "ours R=3, logging peers", "floor R=1", "floor R=3"]
+    if args.before_src is not None:
+        names += ["before R=1", "before R=3"]
     runs: dict[str, list[Run]] = {name: [] for name in names}
     works: list[float] = []
     idle = floor(1, 0.0, args).owner_loop_cpu * args.batch_size  # the relay's own cost
@@ -383,6 +393,11 @@ def run(args: argparse.Namespace) -> int:
             ("floor R=1", partial(floor, 1, work, args)),
             ("floor R=3", partial(floor, 3, work, args)),
         ]
+        if args.before_src is not None:
+            rest += [
+                ("before R=1", partial(ours, 1, args, args.before_src)),
+                ("before R=3", partial(ours, 3, args, args.before_src)),
+            ]
         shift = trial % len(rest)
         for name, measure in rest[shift:] + rest[:shift]:
             runs[name].append(measure())
@@ -414,7 +429,10 @@ def main(argv: list[str]) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runfor", default="4s", help="bench_writer's time, in seconds")
-    parser.add_argument("--trials", type=int, default=3, help="rounds of the five runs")
+    parser.add_argument("--trials", type=int, default=3, help="rounds of the runs")
+    parser.add_argument(
+        "--before-src", type=Path, default=None, help="an older nsqpy's src: its R=1 and R=3 too"
+    )
     parser.add_argument(
         "--go-bin",
         default=os.environ.get("GO_NSQ_BIN", "build/go-nsq"),
@@ -433,6 +451,10 @@ def main(argv: list[str]) -> int:
         parser.error("--trials must be at least 1")
     if not args.runfor.endswith("s") or not args.runfor[:-1].replace(".", "", 1).isdigit():
         parser.error("--runfor takes seconds, e.g. 4s")
+    if args.before_src is not None:
+        args.before_src = args.before_src.resolve()
+        if not (args.before_src / "nsqpy" / "nsqd").is_dir():
+            parser.error(f"--before-src {args.before_src} holds no nsqpy (want a tree's src/)")
     if not (Path(args.go_bin) / "bench_writer").is_file():
         parser.error(f"no bench_writer in {args.go_bin} (--go-bin or $GO_NSQ_BIN)")
     return run(args)

@@ -17,8 +17,10 @@ as a peer's link applies it (encoded bytes in, no fsync on the loop):
 
 It prints, per scenario, the time per message (median of the trials) and the slowest single
 apply in any trial: a peer's event loop is blocked for that long, its own clients with it;
-and apart from those, the time per message the link's frame parser takes to read the EVENTS
-frames (``FrameParser.feed``).
+apart from those, the time per message the link's frame parser takes to read the EVENTS
+frames (``FrameParser.feed``); and the memory the store holds per message once they are all
+applied (``held``'s is what a peer's backlog costs it), from a separate pass of up to
+100,000 messages under ``tracemalloc`` (which slows every allocation).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import gc
 import statistics
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +42,8 @@ from nsqpy.protocol.replica import events as events_frame
 TOPIC = "bench"
 CHANNEL = "ch"
 SCENARIOS = ("held", "fanout", "channel", "fin1")
+#: messages of the pass that measures the memory held (tracemalloc slows it)
+MEMORY_MESSAGES = 100_000
 
 
 def runs(count: int, batch: int, size: int, channels: tuple[str, ...] | None) -> Iterator[Run]:
@@ -74,25 +79,51 @@ class Applier:
         self.slowest = max(self.slowest, took)
 
 
+def open_store(directory: str) -> ReplicaStore:
+    return ReplicaStore(Path(directory), "owner:4150", "1", sync_every=10**9, sync_timeout=1e9)
+
+
+def feed(applier: Applier, scenario: str, count: int, args: argparse.Namespace) -> None:
+    """``count`` messages through the scenario's events; checks the copies left."""
+    channels = (CHANNEL,) if scenario in ("channel", "fin1") else None
+    for run in runs(count, args.batch, args.size, channels):
+        applier.apply([run])
+        if scenario == "fanout":
+            applier.apply([Fanout(TOPIC, (CHANNEL,), run.ids)])
+        elif scenario == "channel":
+            applier.apply([Fin(TOPIC, CHANNEL, run.ids)])
+        elif scenario == "fin1":
+            applier.apply([Fin(TOPIC, CHANNEL, (msg_id,)) for msg_id in run.ids])
+    left = applier.store.live_count()
+    if left != (0 if channels is not None else count // args.batch * args.batch):
+        raise SystemExit(f"{scenario}: {left} copies left")
+
+
 def trial(scenario: str, args: argparse.Namespace) -> tuple[float, float, float]:
     """Seconds per message applying and decoding, and the slowest apply, for one fresh
     store."""
     with tempfile.TemporaryDirectory(prefix="bench-replica-") as directory:
-        store = ReplicaStore(Path(directory), "owner:4150", "1", sync_every=10**9, sync_timeout=1e9)
-        applier = Applier(store)
-        channels = (CHANNEL,) if scenario in ("channel", "fin1") else None
-        for run in runs(args.messages, args.batch, args.size, channels):
-            applier.apply([run])
-            if scenario == "fanout":
-                applier.apply([Fanout(TOPIC, (CHANNEL,), run.ids)])
-            elif scenario == "channel":
-                applier.apply([Fin(TOPIC, CHANNEL, run.ids)])
-            elif scenario == "fin1":
-                applier.apply([Fin(TOPIC, CHANNEL, (msg_id,)) for msg_id in run.ids])
-        if store.live_count() != (0 if channels is not None else args.messages):
-            raise SystemExit(f"{scenario}: {store.live_count()} copies left")
-        store.close()
+        applier = Applier(open_store(directory))
+        feed(applier, scenario, args.messages, args)
+        applier.store.close()
         return applier.spent / args.messages, applier.decoding / args.messages, applier.slowest
+
+
+def held_per_message(scenario: str, args: argparse.Namespace) -> float:
+    """Bytes of Python memory a fresh store holds a message once the scenario's messages
+    are applied (tracemalloc)."""
+    count = min(args.messages, MEMORY_MESSAGES)
+    with tempfile.TemporaryDirectory(prefix="bench-replica-") as directory:
+        tracemalloc.start()
+        try:
+            start = tracemalloc.get_traced_memory()[0]
+            applier = Applier(open_store(directory))
+            feed(applier, scenario, count, args)
+            held = tracemalloc.get_traced_memory()[0] - start
+        finally:
+            tracemalloc.stop()
+        applier.store.close()
+    return held / count
 
 
 def main() -> None:
@@ -108,15 +139,19 @@ def main() -> None:
         parser.error(f"unknown scenario {', '.join(sorted(unknown))}: choose from {SCENARIOS}")
     gc.freeze()  # as nsqd does after start-up: the collector walks only what the store adds
     print(f"{args.messages:,} messages of {args.size} B in MPUBs of {args.batch}")
-    print(f"{'scenario':<10} {'µs/msg':>8} {'slowest apply':>14} {'decode µs/msg':>14}")
+    print(
+        f"{'scenario':<10} {'µs/msg':>8} {'slowest apply':>14} {'decode µs/msg':>14} "
+        f"{'held B/msg':>11}"
+    )
     for scenario in args.scenarios.split(","):
         results = [trial(scenario, args) for _ in range(args.trials)]
         per_message = statistics.median(result[0] for result in results)
         decoding = statistics.median(result[1] for result in results)
         slowest = max(result[2] for result in results)
+        held = held_per_message(scenario, args)
         print(
             f"{scenario:<10} {per_message * 1e6:>8.3f} {slowest * 1e3:>11.1f} ms "
-            f"{decoding * 1e6:>14.3f}"
+            f"{decoding * 1e6:>14.3f} {held:>11.1f}"
         )
 
 

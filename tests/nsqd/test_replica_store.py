@@ -827,11 +827,16 @@ def assert_index_sound(store: ReplicaStore) -> None:
     for topic in store._topics.values():
         on_channels = set().union(*(channel.copies for channel in topic.channels.values()))
         assert set(topic.messages) == on_channels | set(topic.held)
-        firsts = [min(run.ids) for run in topic.pending]
-        assert topic.pending_firsts == firsts
+        firsts = [min(run.ids()) for run in topic.pending]
+        assert topic.pending_firsts == firsts == [run.first() for run in topic.pending]
         assert all(run.channels is None or run.channels for run in topic.pending)
-        lasts = [max(run.ids) for run in topic.pending]
+        lasts = [max(run.ids()) for run in topic.pending]
         assert lasts == [run.last() for run in topic.pending]
+        for run in topic.pending:
+            assert len(set(run.ids())) == run.count() > 0
+            assert all(run.holds(msg_id) for msg_id in run.ids())
+            straddle = run.id_bytes[8:24]  # across two IDs: held only if it is one of them
+            assert run.holds(straddle) == (straddle in run.ids())
         assert all(last < first for last, first in zip(lasts, firsts[1:], strict=False))
 
 

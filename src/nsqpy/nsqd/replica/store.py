@@ -41,6 +41,7 @@ from urllib.parse import quote
 
 from ...internal.lg import Logger
 from ...protocol.replica import (
+    ID_SIZE,
     OP_CREATE,
     OP_DELETE,
     OP_EMPTY,
@@ -63,6 +64,7 @@ from ...protocol.replica import (
     decode_run_at,
     encode_events,
     record_count,
+    split_ids,
     split_run_at,
 )
 
@@ -204,35 +206,65 @@ class _Channel:
 
 
 class _PendingRun:
-    """A run taken in but not yet indexed message by message: its messages' IDs (a dict for
-    their order and a lookup, its values None so the cycle collector never walks it), and the
+    """A run taken in but not yet indexed message by message: its messages' IDs end to end
+    in one bytes object (16 bytes a message, where a dict of them would hold a bytes object
+    and an entry each: a backlog's peer would grow by about 100 bytes a message), and the
     channels it was put to (None: held by the topic). Nothing has touched its messages since,
     so they are all as the run left them: on each of ``channels`` (or held), attempts 0, not
     deferred. A backlog a peer holds for its owner stays in these, one per MPUB, instead of
     in tables with an entry per message, which grow (and are resized whole) with it."""
 
-    __slots__ = ("channels", "ids", "ref")
+    __slots__ = ("channels", "id_bytes", "ref")
 
-    def __init__(
-        self, ref: _RunRef, ids: dict[bytes, None], channels: tuple[str, ...] | None
-    ) -> None:
+    def __init__(self, ref: _RunRef, id_bytes: bytes, channels: tuple[str, ...] | None) -> None:
         self.ref = ref
-        self.ids = ids
+        self.id_bytes = id_bytes
         self.channels = channels
 
+    def count(self) -> int:
+        return len(self.id_bytes) // ID_SIZE
+
+    def ids(self) -> tuple[bytes, ...]:
+        return split_ids(self.id_bytes, 0, self.count())
+
+    def first(self) -> bytes:
+        """The run's lowest ID (its first)."""
+        return self.id_bytes[:ID_SIZE]
+
     def last(self) -> bytes:
-        """The run's highest ID (its first is its lowest)."""
-        return next(reversed(self.ids))
+        """The run's highest ID (its last)."""
+        return self.id_bytes[-ID_SIZE:]
+
+    def holds(self, msg_id: bytes) -> bool:
+        if len(msg_id) != ID_SIZE:
+            return False
+        at = self.id_bytes.find(msg_id)
+        while at > 0 and at % ID_SIZE:  # a match across two IDs: look further
+            at = self.id_bytes.find(msg_id, at + 1)
+        return at >= 0
+
+    def starts(self, ids: Sequence[bytes]) -> bool:
+        """Whether ``ids`` (of ID_SIZE bytes each, as decoded) are this run's first
+        ``len(ids)`` IDs, in order."""
+        return self.id_bytes.startswith(b"".join(ids))
+
+    def split(self, count: int) -> _PendingRun:
+        """Keep the IDs after the first ``count``; those first, as a run of their own."""
+        cut = count * ID_SIZE
+        head = _PendingRun(self.ref, self.id_bytes[:cut], self.channels)
+        self.id_bytes = self.id_bytes[cut:]
+        return head
 
     def copies(self) -> int:
-        return len(self.ids) * (1 if self.channels is None else len(self.channels))
+        return self.count() * (1 if self.channels is None else len(self.channels))
 
     def cost(self) -> int:
         """What it adds to the estimate of live bytes: its share of the run's bodies, and
         each message's and channel copy's (a topic's hold costs nothing more)."""
-        body_bytes = self.ref.body_bytes * len(self.ids) // self.ref.count
+        count = self.count()
+        body_bytes = self.ref.body_bytes * count // self.ref.count
         per_message = _MESSAGE_COST + len(self.channels or ()) * _COPY_COST
-        return body_bytes + len(self.ids) * per_message
+        return body_bytes + count * per_message
 
 
 class _Topic:
@@ -506,16 +538,17 @@ class ReplicaStore:
         """A pending run's messages as a Run event (a part of the run the owner sent, if a
         Fanout split it); None if the run does not read back (logged)."""
         ref = run.ref
-        if len(run.ids) == ref.count:  # whole: its bytes as they are
+        if run.count() == ref.count:  # whole: its bytes as they are
             with contextlib.suppress(ReplicaProtocolError):  # (else logged just below)
                 ids, as_sent = split_run_at(self._read(ref.at, ref.size))
                 return Run(topic, ref.timestamp, ids, as_sent, run.channels)
         bodies = self._run_bodies(ref)
         if not bodies:
             return None
-        parts = [bodies[msg_id] for msg_id in run.ids]
+        ids = run.ids()
+        parts = [bodies[msg_id] for msg_id in ids]
         sized = b"".join(part for body in parts for part in (_U32.pack(len(body)), body))
-        return Run(topic, ref.timestamp, tuple(run.ids), sized, run.channels)
+        return Run(topic, ref.timestamp, ids, sized, run.channels)
 
     def _run_bodies(self, run: _RunRef) -> dict[bytes, bytes]:
         try:
@@ -787,7 +820,6 @@ class ReplicaStore:
         ids = event.ids
         count = len(ids)
         run = _RunRef(event.timestamp, at, event.size, count, len(event.bodies))
-        unique = dict.fromkeys(ids)
         channels = event.channels
         if channels:  # a pending run's copies count one per channel
             channels = tuple(dict.fromkeys(channels))
@@ -795,11 +827,11 @@ class ReplicaStore:
         # once (a resend is skipped by its sequence numbers). So no lookup of each in the
         # topic's table, which holds every unfinished message; only one ID twice in the run
         # itself (never from a sound owner) is taken message by message.
-        if channels == () or len(unique) != count:
+        if channels == () or len(set(ids)) != count:
             for msg_id in ids:
                 self._put_message(event.topic, msg_id, run, channels, 0.0)
             return
-        whole = _PendingRun(run, unique, channels)
+        whole = _PendingRun(run, b"".join(ids), channels)
         self._live_bytes += whole.cost()
         first, last = ids[0], ids[-1]
         pending = topic.pending
@@ -811,13 +843,13 @@ class ReplicaStore:
             for name in channels or ():  # as a Put of its messages would create them
                 self._channel(topic, name)
         else:
-            self._index_run(topic, run, unique, channels)
+            self._index_run(topic, run, ids, channels)
 
     def _index_run(
         self,
         topic: _Topic,
         run: _RunRef,
-        ids: dict[bytes, None],
+        ids: Sequence[bytes],
         channels: tuple[str, ...] | None,
     ) -> None:
         """A run's new messages ``ids`` into the topic's tables, in a few dict updates."""
@@ -839,7 +871,7 @@ class ReplicaStore:
             if msg_id in messages or not pending:
                 continue
             place = bisect.bisect_right(firsts, msg_id) - 1
-            if place >= 0 and msg_id in pending[place].ids:
+            if place >= 0 and pending[place].holds(msg_id):
                 self._index_pending(topic, place)
 
     def _unpend_all(self, topic: _Topic) -> None:
@@ -849,7 +881,7 @@ class ReplicaStore:
     def _index_pending(self, topic: _Topic, place: int) -> None:
         run = topic.pending.pop(place)
         del topic.pending_firsts[place]
-        self._index_run(topic, run.ref, run.ids, run.channels)
+        self._index_run(topic, run.ref, run.ids(), run.channels)
 
     def _add_copy(self, topic: _Topic, name: str, msg_id: bytes, attempts: int, due: float) -> None:
         channel = self._channel(topic, name)
@@ -921,10 +953,10 @@ class ReplicaStore:
         )
         for run in runs:
             channels = tuple(channel for channel in run.channels or () if channel != name)
-            self._live_bytes -= run.cost() if not channels else len(run.ids) * _COPY_COST
+            self._live_bytes -= run.cost() if not channels else run.count() * _COPY_COST
             run.channels = channels
             if not channels:
-                place = bisect.bisect_left(topic.pending_firsts, next(iter(run.ids)))
+                place = bisect.bisect_left(topic.pending_firsts, run.first())
                 del topic.pending[place], topic.pending_firsts[place]
         return rest
 
@@ -942,13 +974,13 @@ class ReplicaStore:
             place = bisect.bisect_right(firsts, ids[pos]) - 1
             if place < 0 or firsts[place] != ids[pos] or not fits(pending[place]):
                 break
-            run_ids = tuple(pending[place].ids)
-            size = len(run_ids)
-            if run_ids == ids[pos : pos + size]:
-                named.append(pending[place])
+            run = pending[place]
+            size = run.count()
+            if end - pos >= size and run.starts(ids[pos : pos + size]):
+                named.append(run)
                 pos += size
                 continue
-            if MIN_SPLIT <= end - pos < size and run_ids[: end - pos] == ids[pos:]:
+            if MIN_SPLIT <= end - pos < size and run.starts(ids[pos:]):
                 named.append(self._split_pending(topic, place, end - pos))
                 pos = end
             break
@@ -957,19 +989,16 @@ class ReplicaStore:
     def _split_pending(self, topic: _Topic, place: int, count: int) -> _PendingRun:
         """Split the pending run at ``place`` after its first ``count`` messages: the first
         part, a run of its own at ``place`` now."""
-        run = topic.pending[place]
-        run_ids = tuple(run.ids)
-        head = _PendingRun(run.ref, dict.fromkeys(run_ids[:count]), run.channels)
-        run.ids = dict.fromkeys(run_ids[count:])
-        topic.pending_firsts[place] = run_ids[count]
+        head = topic.pending[place].split(count)
+        topic.pending_firsts[place] = topic.pending[place].first()
         topic.pending.insert(place, head)
-        topic.pending_firsts.insert(place, run_ids[0])
+        topic.pending_firsts.insert(place, head.first())
         return head
 
     def _assign_pending(self, topic: _Topic, run: _PendingRun, channels: tuple[str, ...]) -> None:
         """A held pending run's messages copied to ``channels`` (new copies: attempts 0)."""
         run.channels = channels
-        self._live_bytes += len(run.ids) * len(channels) * _COPY_COST
+        self._live_bytes += run.count() * len(channels) * _COPY_COST
         for name in channels:
             self._channel(topic, name)
 

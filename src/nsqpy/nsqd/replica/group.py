@@ -237,8 +237,9 @@ class Replication:
         self._flush_handle = self.nsqd.loop.call_soon(self._flush)
 
     def flush_settled(self) -> None:
-        """Send now what a client's commands emitted, their topics pumped first so that a
-        Puts leaves naming its channels (one event for the peer, not a Puts and a Fanout).
+        """Send now what a client's commands emitted; a put whose event did not name its
+        channels at put time has its topic pumped first, so that the event leaves naming them
+        (one event for the peer, not a Puts and a Fanout).
         The publisher waits for the peers' ACK: the other connections' commands later in
         this loop turn must not hold its events back, or every connection's publishes
         would move in step. Left to the scheduled flush while a pump keeps its time."""
@@ -453,7 +454,9 @@ class Replication:
 
     def send_snapshot(self) -> int:
         """What this node owns, as PUTs into the stream (snapshot.py); how many."""
-        self._named.clear()  # a topic's queued messages are held in it: its pump's Fanout
+        # the snapshot has a topic's queued messages held by it: its pump's copy of them
+        # goes as a Fanout
+        self._named.clear()
         count = 0
         for event in live_events(self.nsqd):
             self._emit(event)

@@ -87,6 +87,24 @@ async def test_a_publish_names_the_channels_its_pump_copies_it_to_next(
     assert emitted.events() == [event], "the pump's copy adds no Fanout"
 
 
+async def test_publishes_behind_named_ones_are_named_too(
+    topic: Topic, replication: Replication
+) -> None:
+    """A pipelining producer's publishes, several before the pump runs: each one is named,
+    the queue holding only named messages, and the pump's copy of them all adds nothing."""
+    emitted = Emitted(replication)
+    for _ in range(5):
+        topic.put_batch(list(BODIES))
+    events = emitted.events()
+    assert [puts_naming(event) for event in events] == [("c1",)] * 5
+    await loop_turns()
+    assert depth(topic, "c1") == 5 * len(BODIES)
+    assert not replication.named_waiting("t")
+    assert emitted.events() == events, "no Fanout"
+    topic.put_batch(list(BODIES))  # the count is back to nothing waiting: named again
+    assert puts_naming(emitted.events()[-1]) == ("c1",)
+
+
 async def test_a_channel_created_before_the_pump_comes_after_the_named_messages(
     topic: Topic, replication: Replication
 ) -> None:

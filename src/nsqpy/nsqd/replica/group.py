@@ -143,6 +143,37 @@ def _event_size(event: Event) -> int:
     return len(event.body) + 64 if isinstance(event, Put) else 64
 
 
+class _NamedPuts:
+    """A topic's puts whose events named its channels at put time and that its pump has not
+    copied yet: their IDs, each put's with the names, in queue order; and how many."""
+
+    __slots__ = ("count", "puts")
+
+    def __init__(self) -> None:
+        self.puts: deque[tuple[tuple[bytes, ...], tuple[str, ...]]] = deque()
+        self.count = 0
+
+    def add(self, ids: tuple[bytes, ...], names: tuple[str, ...]) -> None:
+        self.puts.append((ids, names))
+        self.count += len(ids)
+
+    def take(self, ids: tuple[bytes, ...]) -> tuple[str, ...] | None:
+        """The names of the first put, if ``ids`` are its first IDs (then taken off it);
+        else None, and every put is let go (not expected: a later copy goes as a Fanout)."""
+        put_ids, names = self.puts[0]
+        count = len(ids)
+        if ids != put_ids[:count]:
+            self.puts.clear()
+            self.count = 0
+            return None
+        if count < len(put_ids):
+            self.puts[0] = (put_ids[count:], names)
+        else:
+            self.puts.popleft()
+        self.count -= count
+        return names
+
+
 @dataclass(slots=True)
 class _Waiter:
     """A wait for acks-1 peers to acknowledge ``seq``: ``future`` gets ``response`` then, or
@@ -178,9 +209,8 @@ class Replication:
         #: per topic, the Puts or Runs not sent yet whose messages wait for a Fanout: (seq,
         #: their IDs)
         self._unassigned: dict[str, deque[tuple[int, tuple[bytes, ...]]]] = {}
-        #: per topic, the IDs of puts whose events named the topic's channels at put time
-        #: (see _channels_at_put) and that its pump has not copied yet, with those names
-        self._named: dict[str, deque[tuple[tuple[bytes, ...], tuple[str, ...]]]] = {}
+        #: per topic, the puts whose events named its channels at put time (_channels_at_put)
+        self._named: dict[str, _NamedPuts] = {}
         self._tasks: list[asyncio.Task[None]] = []
         #: a peer's CHANNEL or TOPIC operation is being applied: not echoed (see _apply_op)
         self._applying = False
@@ -340,8 +370,7 @@ class Replication:
         messages to those next (Topic.copies_next), so the event leaves without waiting for
         the pump; else None, and the pump's fan-out names them (see fanout)."""
         named = self._named.get(topic.name)
-        waiting = sum([len(ids) for ids, _ in named]) if named else 0
-        if not topic.copies_next(count, waiting):
+        if not topic.copies_next(count, named.count if named is not None else 0):
             return None
         return tuple(channel.name for channel in topic.channel_list() if not channel.ephemeral)
 
@@ -358,11 +387,12 @@ class Replication:
         if names is None:
             self._unassigned.setdefault(topic, deque()).append((self.stream.last, ids))
         else:
-            self._named.setdefault(topic, deque()).append((ids, names))
+            self._named.setdefault(topic, _NamedPuts()).add(ids, names)
 
     def named_waiting(self, topic: str) -> bool:
         """Whether messages put to ``topic`` with their channels named wait for its pump."""
-        return bool(self._named.get(topic))
+        named = self._named.get(topic)
+        return named is not None and named.count > 0
 
     def forget_named(self, topic: str) -> None:
         """The topic will not copy its named puts' messages as they were named (it stops, or
@@ -395,16 +425,11 @@ class Replication:
         they lack."""
         named = self._named.get(topic)
         done = 0
-        while named and done < len(ids):
-            put_ids, put_names = named[0]
-            count = min(len(put_ids), len(ids) - done)
-            if ids[done : done + count] != put_ids[:count]:
-                named.clear()  # (never expected) the rest take the pump's way
+        while named is not None and named.puts and done < len(ids):
+            count = min(len(named.puts[0][0]), len(ids) - done)
+            put_names = named.take(ids[done : done + count])
+            if put_names is None:
                 break
-            if count < len(put_ids):
-                named[0] = (put_ids[count:], put_names)
-            else:
-                named.popleft()
             if put_names != names:
                 if isinstance(msgs, MessageRun):
                     copied = msgs.messages(done, done + count)

@@ -79,6 +79,11 @@ class Applier:
         self.slowest = max(self.slowest, took)
 
 
+def whole_runs(count: int, batch: int) -> int:
+    """The messages of ``count`` sent in MPUBs of ``batch``: whole MPUBs only."""
+    return count // batch * batch
+
+
 def open_store(directory: str) -> ReplicaStore:
     return ReplicaStore(Path(directory), "owner:4150", "1", sync_every=10**9, sync_timeout=1e9)
 
@@ -95,7 +100,7 @@ def feed(applier: Applier, scenario: str, count: int, args: argparse.Namespace) 
         elif scenario == "fin1":
             applier.apply([Fin(TOPIC, CHANNEL, (msg_id,)) for msg_id in run.ids])
     left = applier.store.live_count()
-    if left != (0 if channels is not None else count // args.batch * args.batch):
+    if left != (0 if channels is not None else whole_runs(count, args.batch)):
         raise SystemExit(f"{scenario}: {left} copies left")
 
 
@@ -106,13 +111,14 @@ def trial(scenario: str, args: argparse.Namespace) -> tuple[float, float, float]
         applier = Applier(open_store(directory))
         feed(applier, scenario, args.messages, args)
         applier.store.close()
-        return applier.spent / args.messages, applier.decoding / args.messages, applier.slowest
+        count = whole_runs(args.messages, args.batch)
+        return applier.spent / count, applier.decoding / count, applier.slowest
 
 
 def held_per_message(scenario: str, args: argparse.Namespace) -> float:
     """Bytes of Python memory a fresh store holds a message once the scenario's messages
     are applied (tracemalloc)."""
-    count = min(args.messages, MEMORY_MESSAGES)
+    count = whole_runs(min(args.messages, MEMORY_MESSAGES), args.batch)
     with tempfile.TemporaryDirectory(prefix="bench-replica-") as directory:
         tracemalloc.start()
         try:
@@ -134,6 +140,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args()
+    if args.batch < 1 or args.messages < args.batch or args.trials < 1:
+        parser.error("want --batch >= 1, --messages >= --batch and --trials >= 1")
     unknown = set(args.scenarios.split(",")) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenario {', '.join(sorted(unknown))}: choose from {SCENARIOS}")
